@@ -1,0 +1,97 @@
+"""Helpers over any Gang: flags, sums, dicts of metrics, Python objects."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gangmesh.gang import Gang, ReduceOperation
+
+
+def broadcast_flag(gang: Gang, flag: bool, source_rank: int = 0) -> bool:
+    """The ``flag`` of gang rank ``source_rank``, on every process.
+
+    >>> import torch
+    >>> from gangmesh import FakeGang
+    >>> broadcast_flag(FakeGang(torch.device("cpu")), True)
+    True
+    """
+    tensor = torch.tensor(bool(flag), device=gang.device)
+    gang.broadcast(tensor, source_rank)
+    return bool(tensor.item())
+
+
+def all_sum(gang: Gang, value: float | int | Tensor) -> Tensor:
+    """The sum of ``value`` over the gang, as a tensor on the gang's device.
+
+    >>> import torch
+    >>> from gangmesh import FakeGang
+    >>> all_sum(FakeGang(torch.device("cpu"), size=4), 2.5)
+    tensor(10.)
+    """
+    tensor = torch.as_tensor(value, device=gang.device).clone()
+    gang.all_reduce(tensor, ReduceOperation.SUM)
+    return tensor
+
+
+def all_reduce_dict(
+    gang: Gang, data: Mapping[str, Any], op: ReduceOperation = ReduceOperation.SUM
+) -> dict[str, Any]:
+    """Reduce a dict of numbers and tensors with one collective per dtype.
+
+    Every process passes the same keys with values of the same shapes. Values
+    come back with their original types, devices and dtypes (Python numbers
+    as Python numbers). Raises TypeError for values that are neither numbers
+    nor tensors, ValueError for an empty dict.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"data: expected a mapping of str to numbers or tensors, got {data!r}")
+    tensors: dict[str, Tensor] = {}
+    for key, value in data.items():
+        if isinstance(value, Tensor):
+            tensors[key] = value.detach()
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            tensors[key] = torch.tensor(value, dtype=torch.float64)
+        else:
+            raise TypeError(f"data[{key!r}]: expected a number or a tensor, got {value!r}")
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for key, tensor in tensors.items():
+        by_dtype.setdefault(tensor.dtype, []).append(key)
+    reduced: dict[str, Tensor] = {}
+    for dtype, keys in by_dtype.items():
+        flat = torch.cat([tensors[k].reshape(-1).to(gang.device, dtype) for k in keys])
+        gang.all_reduce(flat, op)
+        offset = 0
+        for key in keys:
+            count = tensors[key].numel()
+            reduced[key] = flat[offset : offset + count].view(tensors[key].shape)
+            offset += count
+    result: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Tensor):
+            result[key] = reduced[key].to(value.device)
+        else:
+            result[key] = type(value)(reduced[key].item())
+    return result
+
+
+def all_gather_objects(gang: Gang, obj: Any) -> list[Any]:
+    """The picklable ``obj`` of every process, in gang rank order.
+
+    Two all_gathers: the pickle lengths, then the pickles padded to the longest.
+    Unpickling runs code chosen by the sender: use it only among trusted peers.
+    """
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    lengths = torch.empty(gang.size, dtype=torch.int64, device=gang.device)
+    gang.all_gather(lengths, torch.tensor([payload.numel()], device=gang.device))
+    longest = int(lengths.max().item())
+    padded = torch.zeros(longest, dtype=torch.uint8, device=gang.device)
+    padded[: payload.numel()] = payload.to(gang.device)
+    gathered = torch.empty(gang.size, longest, dtype=torch.uint8, device=gang.device)
+    gang.all_gather(gathered, padded)
+    rows = gathered.cpu().numpy()
+    return [pickle.loads(rows[i, : lengths[i]].tobytes()) for i in range(gang.size)]

@@ -1,0 +1,47 @@
+"""Simulate one rank of a large world with torch's fake process group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+
+from gangmesh._validate import check_index, check_positive
+from gangmesh.gang import ProcessGroupGang
+from gangmesh.gangs import Gangs, create_gangs
+
+
+@contextmanager
+def simulate_gangs(world_size: int, rank: int, **dims: int) -> Iterator[Gangs]:
+    """Gangs of process ``rank`` in a world of ``world_size``, with no peers.
+
+    Initialises torch's "fake" process group (collectives return at once and
+    move no data), builds the gangs through :func:`create_gangs` and its real
+    DeviceMesh, and tears everything down on exit. ``dims`` are the sizes
+    create_gangs takes (pp, dp_replicate, dp_shard, cp, tp).
+
+    >>> with simulate_gangs(4096, 4095, tp=8, pp=4) as gangs:
+    ...     (gangs.tp.rank, gangs.pp.rank, gangs.dp.size)
+    (7, 3, 128)
+
+    Raises ValueError for bad sizes or ranks, RuntimeError if torch.distributed
+    is already initialised in this process.
+    """
+    world_size = check_positive("world_size", world_size)
+    rank = check_index("rank", rank, world_size)
+    if dist.is_initialized():
+        raise RuntimeError("simulate_gangs: torch.distributed is already initialised here")
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        world = dist.group.WORLD
+        assert isinstance(world, dist.ProcessGroup)
+        root = ProcessGroupGang(world, torch.device("cpu"), name="root")
+        gangs = create_gangs(root, **dims)
+        with gangs:
+            yield gangs
+    finally:
+        dist.destroy_process_group()
