@@ -23,7 +23,7 @@ def check_int(name: str, value: object) -> int:
     """Return ``value`` as an int; ArgumentTypeError naming ``name`` otherwise."""
     if not is_int(value):
         raise ArgumentTypeError(f"{name}: expected an int, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
+    return int(value)  # type: ignore[call-overload, no-any-return]
 
 
 def check_positive(name: str, value: object) -> int:
@@ -60,7 +60,9 @@ def check_tensor(name: str, tensor: object, device: torch.device) -> Tensor:
     if not isinstance(tensor, Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     if not same_device(tensor.device, device):
-        raise ValueError(f"{name}: expected a tensor on the gang's device {device}, got {tensor.device}")
+        raise ValueError(
+            f"{name}: expected a tensor on the gang's device {device}, got {tensor.device}"
+        )
     return tensor
 
 
@@ -93,7 +95,9 @@ def check_gather_outputs(outputs: object, input_: Tensor, size: int, device: tor
     if not isinstance(outputs, list):
         raise TypeError(f"output_tensors: expected a list of tensors, got {type(outputs).__name__}")
     if len(outputs) != size:
-        raise ValueError(f"output_tensors: expected {size} tensors (the gang size), got {len(outputs)}")
+        raise ValueError(
+            f"output_tensors: expected {size} tensors (the gang size), got {len(outputs)}"
+        )
     for i, output in enumerate(outputs):
         check_tensor(f"output_tensors[{i}]", output, device)
         if output.shape != input_.shape or output.dtype != input_.dtype:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import timedelta
@@ -112,9 +115,7 @@ class Gang(ABC):
         check_tensor("tensor", tensor, self.device)
         if not isinstance(op, ReduceOperation):
             raise TypeError(f"op: expected a ReduceOperation, got {op!r}")
-        if op is ReduceOperation.MEAN and not (
-            tensor.is_floating_point() or tensor.is_complex()
-        ):
+        if op is ReduceOperation.MEAN and not (tensor.is_floating_point() or tensor.is_complex()):
             raise TypeError(
                 f"tensor: ReduceOperation.MEAN needs a floating-point or complex tensor, "
                 f"got dtype {tensor.dtype}"
@@ -271,6 +272,8 @@ class FakeGang(Gang):
         pass
 
 
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 _TORCH_OPS = {
     ReduceOperation.SUM: ReduceOp.SUM,
     ReduceOperation.MEAN: ReduceOp.AVG,
@@ -303,7 +306,7 @@ class ProcessGroupGang(Gang):
             raise TypeError(f"pg: expected a torch ProcessGroup, got {pg!r}")
         if not isinstance(device, torch.device):
             raise TypeError(f"device: expected a torch.device, got {device!r}")
-        self._pg = pg
+        self._pg: ProcessGroup | None = pg
         self._device = device
         self._name = name
         self._rank = dist.get_rank(pg)
@@ -312,8 +315,9 @@ class ProcessGroupGang(Gang):
         self._timeout = timeout or group_timeout(pg, device) or DEFAULT_TIMEOUT
         self._high_priority = high_priority
         self._owns_group = owns_group
-        self._closed = False
         self._monitor_pg = _monitor_group(pg, self._global_ranks, self._timeout, monitored)
+        _live_gangs.add(self)
+        _install_exit_teardown()
 
     @classmethod
     def create_default_process_group(
@@ -408,6 +412,9 @@ class ProcessGroupGang(Gang):
         return list(self._global_ranks)
 
     def as_process_group(self) -> ProcessGroup:
+        """The ProcessGroup; GangError once the gang is closed."""
+        if self._pg is None:
+            raise GangError(f"{self.describe()} is closed")
         return self._pg
 
     def describe(self) -> str:
@@ -417,25 +424,33 @@ class ProcessGroupGang(Gang):
         )
 
     def close(self) -> None:
-        """Destroy the process group if this gang created it; later calls do nothing."""
-        if self._closed:
+        """Destroy the process group if this gang created it; later calls do nothing.
+
+        Communicates with no peer, so it returns even when peers are gone.
+        """
+        pg, monitor = self._pg, self._monitor_pg
+        self._release()
+        if pg is None or not self._owns_group or not dist.is_initialized():
             return
-        self._closed = True
-        if not self._owns_group or not dist.is_initialized():
-            return
-        if self._monitor_pg is not None and self._monitor_pg is not self._pg:
-            _destroy(self._monitor_pg)
-        if self._pg is dist.group.WORLD:
+        if monitor is not None and monitor is not pg:
+            _destroy(monitor)
+        if pg is dist.group.WORLD:
             dist.destroy_process_group()
         else:
-            _destroy(self._pg)
+            _destroy(pg)
+
+    def _release(self) -> None:
+        """Drop the references to torch's groups; the gang is closed from now on."""
+        self._pg = None
+        self._monitor_pg = None
 
     def _create_gang(self, ranks: list[int]) -> ProcessGroupGang | None:
+        parent = self.as_process_group()
         member_ranks = [self._global_ranks[r] for r in ranks]
-        backend = dist.get_backend(self._pg)
+        backend = dist.get_backend(parent)
         options = backend_options(backend, self._timeout, self._high_priority)
         try:
-            if self._pg is dist.group.WORLD:
+            if parent is dist.group.WORLD:
                 pg = dist.new_group(
                     member_ranks, timeout=self._timeout, pg_options=options, sort_ranks=False
                 )
@@ -449,9 +464,7 @@ class ProcessGroupGang(Gang):
                     sort_ranks=False,
                 )
         except (RuntimeError, ValueError) as ex:
-            raise GangError(
-                f"create_gang({ranks}) failed on {self.describe()}: {ex}"
-            ) from ex
+            raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {ex}") from ex
         if self._rank not in ranks:
             return None
         assert isinstance(pg, ProcessGroup)
@@ -488,15 +501,15 @@ class ProcessGroupGang(Gang):
                     group=self._monitor_pg, timeout=self._timeout, wait_all_ranks=True
                 )
             elif self._device.type == "cuda":
-                dist.barrier(group=self._pg, device_ids=[self._device_index()])
+                dist.barrier(group=self.as_process_group(), device_ids=[self._device_index()])
             else:
-                dist.barrier(group=self._pg)
+                dist.barrier(group=self.as_process_group())
         except RuntimeError as ex:
             self._fail("barrier", ex)
 
     def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
         try:
-            dist.all_reduce(tensor, _TORCH_OPS[op], group=self._pg)
+            dist.all_reduce(tensor, _TORCH_OPS[op], group=self.as_process_group())
         except RuntimeError as ex:
             self._fail(f"all_reduce({op.name})", ex)
 
@@ -504,28 +517,30 @@ class ProcessGroupGang(Gang):
         # Every accepted output shape has the memory layout of the flat form,
         # the only one all backends take.
         try:
-            dist.all_gather_into_tensor(
-                output_tensor.view(-1), input_tensor.contiguous().view(-1), group=self._pg
+            _all_gather_single(
+                output_tensor.view(-1),
+                input_tensor.contiguous().view(-1),
+                group=self.as_process_group(),
             )
         except RuntimeError as ex:
             self._fail("all_gather", ex)
 
     def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
         try:
-            dist.all_gather(output_tensors, input_tensor, group=self._pg)
+            dist.all_gather(output_tensors, input_tensor, group=self.as_process_group())
         except RuntimeError as ex:
             self._fail("all_gather_to_list", ex)
 
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
         try:
-            dist.broadcast(tensor, group=self._pg, group_src=source_rank)
+            dist.broadcast(tensor, group=self.as_process_group(), group_src=source_rank)
         except RuntimeError as ex:
             self._fail(f"broadcast(source_rank={source_rank})", ex)
 
     def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None:
         try:
             dist.broadcast_object_list(
-                objects, group=self._pg, group_src=source_rank, device=self._device
+                objects, group=self.as_process_group(), group_src=source_rank, device=self._device
             )
         except RuntimeError as ex:
             self._fail(f"broadcast_objects(source_rank={source_rank})", ex)
@@ -546,13 +561,11 @@ def backend_for(device: torch.device) -> str:
     raise ValueError(f"device: expected a cpu or cuda device, got {device}")
 
 
-def backend_options(
-    backend: str, timeout: timedelta, high_priority: bool = False
-) -> Any | None:
+def backend_options(backend: str, timeout: timedelta, high_priority: bool = False) -> Any | None:
     """Backend options carrying ``timeout`` (and NCCL's high-priority streams)."""
     options: Any
     if backend == "gloo":
-        options = dist.ProcessGroupGloo._Options()
+        options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     elif backend == "nccl" and hasattr(dist, "ProcessGroupNCCL"):
         options = dist.ProcessGroupNCCL.Options()
         options.is_high_priority_stream = high_priority
@@ -588,6 +601,40 @@ def _monitor_group(
     )
     assert isinstance(twin, ProcessGroup)
     return twin
+
+
+_live_gangs: weakref.WeakSet[ProcessGroupGang] = weakref.WeakSet()
+_exit_teardown_installed = False
+
+
+def _install_exit_teardown() -> None:
+    """Shut every process group down at interpreter exit, once per process.
+
+    A gloo worker thread may still hold the last reference to a finished
+    collective's tensors when the main thread returns. Freeing them needs the
+    GIL; during interpreter finalisation taking the GIL ends the thread, the
+    forced unwind meets a noexcept frame and the process aborts (SIGABRT,
+    "terminate called without an active exception"). Shutting the groups down
+    from an atexit hook is not enough while Python objects still reference
+    the groups: the backends, and their threads, live on. So the hook also
+    releases every gang's references, which destroys the backends and joins
+    their threads while the interpreter still runs.
+    """
+    global _exit_teardown_installed
+    if not _exit_teardown_installed:
+        atexit.register(_teardown_at_exit)
+        _exit_teardown_installed = True
+
+
+def _teardown_at_exit() -> None:
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except (RuntimeError, ValueError) as ex:
+            log.debug("shutting process groups down at exit failed: %s", ex)
+    for gang in list(_live_gangs):
+        gang._release()
+    gc.collect()
 
 
 def _registered_group_count() -> int:

@@ -27,6 +27,7 @@ from gangmesh.topology import DIM_NAMES, MeshTopology
 
 log = logging.getLogger("gangmesh")
 
+
 class Gangs:
     """The gangs of one process: root, data (dp, rdp, sdp), tensor, pipeline, context.
 
@@ -148,9 +149,11 @@ class Gangs:
                 return FakeGang(device)
             return _mesh_gang(mesh.get_group(dim), device, dim, timeout)
 
+        dp: Gang
+        replicate: Gang
         if "dp" in names:
             dp = gang("dp")
-            shard, replicate = dp, FakeGang(device)
+            shard, replicate = dp, FakeGang(device)  # one data dim: fully sharded
         else:
             shard, replicate = gang("dp_shard"), gang("dp_replicate")
             dp = _flat_dp_gang(mesh, device, timeout) or (

@@ -94,8 +94,7 @@ def plan_svg(plan: MeshTopology, *, ranks_per_node: int | None = None) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'font-family="sans-serif" font-size="12">',
-        f'<text x="10" y="20" font-size="15">world size {plan.world_size}: '
-        f"{escape(sizes)}</text>",
+        f'<text x="10" y="20" font-size="15">world size {plan.world_size}: {escape(sizes)}</text>',
         '<text x="10" y="40" fill="#555">cell fill: node; frame: tp group; '
         "dot colour: dp group</text>",
     ]
@@ -109,7 +108,7 @@ def plan_svg(plan: MeshTopology, *, ranks_per_node: int | None = None) -> str:
         fill = _NODE_FILLS[(rank // per_row) % len(_NODE_FILLS)]
         dot = _DP_COLOURS[dp_index[rank] % len(_DP_COLOURS)]
         parts.append(
-            f'<g><title>rank {rank}: dp group {dp_index[rank]}</title>'
+            f"<g><title>rank {rank}: dp group {dp_index[rank]}</title>"
             f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" rx="4" fill="{fill}"/>'
             f'<text x="{x + cell // 2}" y="{y + cell // 2}" text-anchor="middle">{rank}</text>'
             f'<circle cx="{x + cell // 2}" cy="{y + cell - 12}" r="5" fill="{dot}"/></g>'

@@ -75,8 +75,10 @@ def _read_slurm(env: Mapping[str, str]) -> LaunchEnvironment:
     per_node = env.get("SLURM_NTASKS_PER_NODE", "")
     local_world_size = _tasks_per_node(per_node) if per_node else world_size
     local_rank = _rank_var(env, "SLURM_LOCALID", local_world_size, default=rank % local_world_size)
-    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get(
-        "SLURM_NODELIST", ""
+    nodes = (
+        env.get("SLURM_STEP_NODELIST")
+        or env.get("SLURM_JOB_NODELIST")
+        or env.get("SLURM_NODELIST", "")
     )
     master_addr = env.get("MASTER_ADDR") or (first_host(nodes) if nodes else "127.0.0.1")
     job_id = _int_var(env, "SLURM_JOB_ID", minimum=0, default=0)
@@ -101,7 +103,9 @@ def _tasks_per_node(value: str) -> int:
     """SLURM_NTASKS_PER_NODE of the first node: ``"4(x2),3"`` -> 4."""
     first = value.split(",")[0].split("(")[0]
     if not first.isdigit() or int(first) < 1:
-        raise ValueError(f"SLURM_NTASKS_PER_NODE: expected a task count such as 4 or 4(x2), got {value!r}")
+        raise ValueError(
+            f"SLURM_NTASKS_PER_NODE: expected a task count such as 4 or 4(x2), got {value!r}"
+        )
     return int(first)
 
 
@@ -188,7 +192,12 @@ def _wrap_default_group(
         else:
             device = torch.device("cpu")
     return ProcessGroupGang(
-        world, device, name="root", timeout=timeout, monitored=monitored, high_priority=high_priority
+        world,
+        device,
+        name="root",
+        timeout=timeout,
+        monitored=monitored,
+        high_priority=high_priority,
     )
 
 

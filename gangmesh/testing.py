@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -14,7 +15,7 @@ from gangmesh.gangs import Gangs, create_gangs
 
 
 @contextmanager
-def simulate_gangs(world_size: int, rank: int, **dims: int) -> Iterator[Gangs]:
+def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     """Gangs of process ``rank`` in a world of ``world_size``, with no peers.
 
     Initialises torch's "fake" process group (collectives return at once and

@@ -9,6 +9,7 @@ This module uses numpy only; nothing here starts or needs a process group.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,7 +134,8 @@ class MeshTopology:
         inner = [DIM_NAMES.index(name) for name in names]
         outer = [i for i in range(len(DIM_NAMES)) if i not in inner]
         mesh = np.arange(self._world_size, dtype=np.int64).reshape(self._shape)
-        return mesh.transpose(outer + inner).reshape(-1, self.size_of(names))
+        groups: np.ndarray = mesh.transpose(outer + inner).reshape(-1, self.size_of(names))
+        return groups
 
     def group_of(self, rank: int, dim: str | tuple[str, ...]) -> list[int]:
         """The group along ``dim`` that holds ``rank``, in O(number of dims) work."""
@@ -199,9 +201,7 @@ class MeshTopology:
                 findings.append(finding)
         return findings
 
-    def _crossing(
-        self, name: str, per_node: int, fits: bool, hsdp: bool
-    ) -> LocalityFinding | None:
+    def _crossing(self, name: str, per_node: int, fits: bool, hsdp: bool) -> LocalityFinding | None:
         nodes = self.groups(name) // per_node
         spans = nodes.min(axis=1) != nodes.max(axis=1)
         if not spans.any():
@@ -238,11 +238,11 @@ class MeshTopology:
     def _coordinate(self, rank: int) -> dict[str, int]:
         return {
             name: (rank // stride) % size
-            for (name, size), stride in zip(self._dims.items(), self._strides)
+            for (name, size), stride in zip(self._dims.items(), self._strides, strict=True)
         }
 
 
-def _resolve_sizes(world_size: int, sizes: dict[str, object]) -> dict[str, int]:
+def _resolve_sizes(world_size: int, sizes: Mapping[str, object]) -> dict[str, int]:
     """Check the sizes and infer the one given as -1."""
     for name, size in sizes.items():
         if not is_int(size):

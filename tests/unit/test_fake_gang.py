@@ -78,7 +78,7 @@ def test_rank_equal_to_size_is_rejected():
 
 @pytest.mark.parametrize(("rank", "size"), [(0, 0), (2, 2), (-1, 2)])
 def test_constructor_rejects_bad_rank_or_size(rank, size):
-    with pytest.raises(ValueError, match="rank|size"):
+    with pytest.raises(ValueError, match=r"rank|size"):
         FakeGang(CPU, rank=rank, size=size)
 
 
@@ -102,9 +102,9 @@ def test_wrong_shapes_types_and_devices_are_rejected():
         gang.all_gather_to_list([torch.zeros(3), torch.zeros(4)], torch.zeros(3))
     with pytest.raises(TypeError, match="op: expected a ReduceOperation"):
         gang.all_reduce(torch.zeros(1), "sum")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="tensor: ReduceOperation.MEAN needs a floating-point"):
+    with pytest.raises(TypeError, match=r"tensor: ReduceOperation\.MEAN needs a floating-point"):
         gang.all_reduce(torch.zeros(1, dtype=torch.int64), ReduceOperation.MEAN)
-    with pytest.raises(TypeError, match="tensor: expected a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"tensor: expected a torch\.Tensor"):
         gang.all_reduce([1.0], ReduceOperation.SUM)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tensor: expected a tensor on the gang's device cpu"):
         gang.all_reduce(torch.zeros(1, device="meta"), ReduceOperation.SUM)

@@ -54,14 +54,20 @@ def test_no_launcher_means_no_environment():
     [
         ({"RANK": "0"}, "WORLD_SIZE: not set"),
         ({"WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "RANK: not set"),
-        ({"RANK": "8", "WORLD_SIZE": "8", "MASTER_ADDR": "h"}, r"RANK: expected a rank in \[0, 8\)"),
+        (
+            {"RANK": "8", "WORLD_SIZE": "8", "MASTER_ADDR": "h"},
+            r"RANK: expected a rank in \[0, 8\)",
+        ),
         ({"RANK": "x", "WORLD_SIZE": "8", "MASTER_ADDR": "h"}, "RANK: expected an integer"),
         ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE: expected an integer >= 1"),
         ({"RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR: not set"),
         ({**TORCHRUN, "LOCAL_RANK": "4"}, "LOCAL_RANK"),
         ({**TORCHRUN, "MASTER_PORT": "port"}, "MASTER_PORT"),
         ({"SLURM_PROCID": "3", "SLURM_NTASKS": "2"}, "SLURM_PROCID"),
-        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "x"}, "SLURM_NTASKS_PER_NODE"),
+        (
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "x"},
+            "SLURM_NTASKS_PER_NODE",
+        ),
     ],
 )
 def test_inconsistent_environments_name_the_variable(env, needle):
@@ -71,7 +77,12 @@ def test_inconsistent_environments_name_the_variable(env, needle):
 
 @pytest.mark.parametrize(
     ("nodelist", "host"),
-    [("node1", "node1"), ("gpu[007-009,012]", "gpu007"), ("a[3],b[1-2]", "a3"), ("x-y1,x-y2", "x-y1")],
+    [
+        ("node1", "node1"),
+        ("gpu[007-009,012]", "gpu007"),
+        ("a[3],b[1-2]", "a3"),
+        ("x-y1,x-y2", "x-y1"),
+    ],
 )
 def test_first_host_of_a_slurm_node_list(nodelist, host):
     assert first_host(nodelist) == host

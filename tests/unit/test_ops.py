@@ -3,8 +3,14 @@
 import pytest
 import torch
 
-from gangmesh import FakeGang, ReduceOperation, all_gather_objects, all_reduce_dict, all_sum
-from gangmesh import broadcast_flag
+from gangmesh import (
+    FakeGang,
+    ReduceOperation,
+    all_gather_objects,
+    all_reduce_dict,
+    all_sum,
+    broadcast_flag,
+)
 
 CPU = torch.device("cpu")
 
