@@ -223,20 +223,21 @@ def create_gangs(
     """
     if not isinstance(root_gang, Gang):
         raise TypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
-    plan = MeshTopology(
-        root_gang.size, pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp
-    )
-    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
-    if not root_gang.supports_process_group:
-        return simulated_gangs(root_gang, plan)
-    if not isinstance(root_gang, ProcessGroupGang) or (
-        root_gang.as_process_group() is not dist.group.WORLD
+    if root_gang.supports_process_group and (
+        not isinstance(root_gang, ProcessGroupGang)
+        or root_gang.as_process_group() is not dist.group.WORLD
     ):
         raise ValueError(
             f"root_gang: expected the gang of the default process group "
             f"(size {dist.get_world_size()}), got {root_gang.describe()}"
         )
+    plan = MeshTopology(
+        root_gang.size, pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp
+    )
+    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
+        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
+    if not isinstance(root_gang, ProcessGroupGang):
+        return simulated_gangs(root_gang, plan)
     timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
     log.info("Creating gangs %s", plan)
     mesh = _build_mesh(root_gang, plan, timeout)

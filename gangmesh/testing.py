@@ -37,12 +37,16 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    world = dist.group.WORLD
+    assert isinstance(world, dist.ProcessGroup)
+    root = ProcessGroupGang(world, torch.device("cpu"), name="root", owns_group=True)
     try:
-        world = dist.group.WORLD
-        assert isinstance(world, dist.ProcessGroup)
-        root = ProcessGroupGang(world, torch.device("cpu"), name="root")
         gangs = create_gangs(root, **dims)
+    except BaseException:
+        root.close()
+        raise
+    try:
         with gangs:
             yield gangs
     finally:
-        dist.destroy_process_group()
+        gangs.close()
