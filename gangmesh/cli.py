@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gangmesh.render import plan_json, plan_svg, plan_table
+from gangmesh.setup import read_launch_environment
 from gangmesh.topology import MeshTopology
 
 USAGE_ERROR = 2
@@ -57,6 +58,26 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rank", type=int, help="also show the gangs of this rank")
     plan.add_argument("--format", choices=("table", "json", "svg"), default="table")
     plan.add_argument("--output", help="write to this file instead of standard output")
+
+    check = commands.add_parser(
+        "check",
+        help="check gang layouts and collectives on real processes",
+        description=(
+            "Build the gangs on every process, check memberships against the plan, run "
+            "all_reduce, all_gather, broadcast and barrier on every gang and time all_reduce. "
+            "Under torchrun or SLURM each process takes part as its rank; otherwise NPROC "
+            "local CPU processes are started (gloo on 127.0.0.1)."
+        ),
+    )
+    check.add_argument("--nproc", type=int, default=4, help="local processes (default 4)")
+    _add_dim_arguments(check)
+    check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
+    check.add_argument("--iters", type=int, default=10, help="timed all_reduces per size")
+    check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
+    check.add_argument("--ranks-per-node", type=int, help="processes per node, for locality")
+    check.add_argument("--json", help="write the results to this JSON file (rank 0)")
+    check.add_argument("--init-method", help=argparse.SUPPRESS)
+    check.add_argument("--inject-exit-rank", type=int, help=argparse.SUPPRESS)
     return parser
 
 
@@ -78,12 +99,30 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_check(args: argparse.Namespace, argv: list[str]) -> int:
+    """Launch local workers, or take part as this rank of a distributed job."""
+    from gangmesh.check_command import check_as_rank, check_locally
+
+    if args.iters < 1 or args.timeout <= 0:
+        raise ValueError(
+            f"--iters and --timeout: expected positive values, got {args.iters}, {args.timeout}"
+        )
+    if args.init_method:
+        return check_as_rank(args, dims_of(args))
+    env = read_launch_environment()
+    if env is not None and env.world_size > 1:
+        return check_as_rank(args, dims_of(args))
+    return check_locally(args, dims_of(args), argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
         parser.exit(USAGE_ERROR, f"gangmesh {args.command}: error: --ranks-per-node must be >= 1\n")
     try:
+        if args.command == "check":
+            return run_check(args, sys.argv[1:] if argv is None else list(argv))
         return run_plan(args)
     except ValueError as ex:
         sys.stderr.write(f"gangmesh {args.command}: error: {ex}\n")

@@ -38,7 +38,7 @@ def plan_table(
                 f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {_short(plan.group_of(rank, dim))}"
             )
     if ranks_per_node is not None:
-        lines.extend(_findings_text(plan.check_locality(ranks_per_node)))
+        lines.extend(findings_text(plan.check_locality(ranks_per_node)))
     return "\n".join(lines) + "\n"
 
 
@@ -142,7 +142,7 @@ def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
     return f", {ranks_per_node} ranks per node ({nodes} nodes)"
 
 
-def _findings_text(findings: list[LocalityFinding]) -> list[str]:
+def findings_text(findings: list[LocalityFinding]) -> list[str]:
     if not findings:
         return ["locality: every gang is node-local as intended"]
     return ["locality findings:"] + [f"  - {finding}" for finding in findings]

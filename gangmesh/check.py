@@ -1,0 +1,195 @@
+"""Check, on every process, that the gangs are the planned ones and that they communicate."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gangmesh.gang import Gang, GangError, ReduceOperation
+from gangmesh.gangs import Gangs
+from gangmesh.ops import all_gather_objects
+from gangmesh.topology import MeshTopology
+
+log = logging.getLogger("gangmesh")
+
+CHECKED_GANGS: dict[str, str] = {
+    "root": "root",
+    "pp": "pp",
+    "dp": "dp",
+    "rdp": "dp_replicate",
+    "sdp": "dp_shard",
+    "cp": "cp",
+    "tp": "tp",
+}
+"""Gangs attribute -> plan dimension, in the order the report lists them."""
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Message sizes in bytes from ``"8,1K,1M"``; ValueError for anything else."""
+    sizes = []
+    for item in text.split(","):
+        item = item.strip().upper().removesuffix("B")
+        unit = item[-1:] if item[-1:] in _UNITS else ""
+        number = item[: len(item) - len(unit)]
+        if not number.isdigit() or int(number) * _UNITS[unit] < 4:
+            raise ValueError(
+                f"sizes: expected sizes of at least 4 bytes such as 8,1K,1M, got {text!r}"
+            )
+        sizes.append(int(number) * _UNITS[unit])
+    return sizes
+
+
+@dataclass
+class GangReport:
+    """What one process found on one gang."""
+
+    name: str
+    size: int
+    problems: list[str] = field(default_factory=list)
+    timings: dict[int, float] = field(default_factory=dict)
+    """Message size in bytes -> mean all_reduce seconds."""
+
+
+def check_gangs(
+    gangs: Gangs, plan: MeshTopology, sizes: Sequence[int], iters: int
+) -> list[GangReport]:
+    """Check memberships and collectives of every gang; time all_reduce per size.
+
+    Every process must call it with the same arguments. Problems are described,
+    not raised; GangError still propagates when a peer dies or hangs.
+    """
+    rank = gangs.root.rank
+    reports = []
+    for step, (name, dim) in enumerate(CHECKED_GANGS.items(), start=1):
+        gang: Gang = getattr(gangs, name)
+        if rank == 0:
+            print(f"[{step}/{len(CHECKED_GANGS)}] checking {name} (size {gang.size})...",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        members = list(range(plan.world_size)) if name == "root" else plan.group_of(rank, dim)
+        report = GangReport(name, gang.size)
+        report.problems.extend(_membership_problems(gang, members, rank))
+        if not report.problems:
+            report.problems.extend(_collective_problems(gang, members, rank))
+            if gang.size > 1:
+                report.timings = _time_all_reduce(gang, sizes, iters)
+        reports.append(report)
+    return reports
+
+
+def _membership_problems(gang: Gang, members: list[int], rank: int) -> list[str]:
+    actual = (
+        members
+        if not gang.supports_process_group
+        else (dist.get_process_group_ranks(gang.as_process_group()))
+    )
+    if gang.size != len(members) or gang.rank != members.index(rank) or actual != members:
+        return [
+            f"membership: expected ranks {members} with this process at {members.index(rank)}, "
+            f"got {actual} at {gang.rank}"
+        ]
+    return []
+
+
+def _collective_problems(gang: Gang, members: list[int], rank: int) -> list[str]:
+    problems = []
+    total = torch.tensor([float(rank)], dtype=torch.float64, device=gang.device)
+    gang.all_reduce(total, ReduceOperation.SUM)
+    if total.item() != sum(members):
+        problems.append(f"all_reduce: expected the sum {sum(members)}, got {total.item()}")
+    gathered = torch.empty(gang.size, dtype=torch.int64, device=gang.device)
+    gang.all_gather(gathered, torch.tensor([rank], device=gang.device))
+    if gathered.tolist() != members:
+        problems.append(f"all_gather: expected {members}, got {gathered.tolist()}")
+    source = gang.size - 1
+    value = torch.tensor([rank], device=gang.device)
+    gang.broadcast(value, source_rank=source)
+    if value.item() != members[source]:
+        problems.append(
+            f"broadcast(source_rank={source}): expected {members[source]}, got {value.item()}"
+        )
+    gang.barrier()
+    return problems
+
+
+def _time_all_reduce(gang: Gang, sizes: Sequence[int], iters: int) -> dict[int, float]:
+    timings = {}
+    for size in sizes:
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=gang.device)
+        gang.all_reduce(tensor, ReduceOperation.SUM)  # warm-up
+        gang.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            gang.all_reduce(tensor, ReduceOperation.SUM)
+        if tensor.is_cuda:
+            torch.cuda.synchronize(tensor.device)
+        timings[size] = (time.perf_counter() - start) / iters
+    return timings
+
+
+def gather_reports(gangs: Gangs, reports: list[GangReport]) -> list[list[GangReport]] | None:
+    """Every process's reports on rank 0 (None elsewhere)."""
+    everything = all_gather_objects(gangs.root, reports)
+    return everything if gangs.root.rank == 0 else None
+
+
+def bus_bandwidth(size_bytes: int, seconds: float, n: int) -> float:
+    """all_reduce bus bandwidth in GB/s, as nccl-tests defines it: size/time * 2(n-1)/n."""
+    return size_bytes / seconds * 2 * (n - 1) / n / 1e9
+
+
+def summarize(
+    plan: MeshTopology, everything: list[list[GangReport]], sizes: Sequence[int]
+) -> tuple[str, list[str], dict[str, Any]]:
+    """The report table, the failures (one line each) and a JSON-ready summary."""
+    failures = [
+        f"gang {report.name} on rank {rank}: {problem}"
+        for rank, reports in enumerate(everything)
+        for report in reports
+        for problem in report.problems
+    ]
+    header = f"{'gang':<5} {'size':>5} {'groups':>7}  {'check':<5}" + "".join(
+        f"  {_size_text(s) + ' lat us':>12} {'busbw GB/s':>10}" for s in sizes
+    )
+    lines = [header]
+    summary: dict[str, Any] = {"world_size": plan.world_size, "dims": plan.dims, "gangs": {}}
+    for index, (name, dim) in enumerate(CHECKED_GANGS.items()):
+        reports = [reports[index] for reports in everything]
+        size = reports[0].size
+        groups = 1 if name == "root" else plan.world_size // plan.size_of(dim)
+        ok = not any(r.problems for r in reports)
+        row = f"{name:<5} {size:>5} {groups:>7}  {'pass' if ok else 'FAIL':<5}"
+        entry: dict[str, Any] = {"size": size, "groups": groups, "pass": ok, "sizes": {}}
+        for s in sizes:
+            times = [r.timings[s] for r in reports if s in r.timings]
+            if not times:
+                row += f"  {'-':>12} {'-':>10}"
+                continue
+            slowest = max(times)
+            busbw = bus_bandwidth(s, slowest, size)
+            row += f"  {slowest * 1e6:>12.1f} {busbw:>10.3f}"
+            entry["sizes"][s] = {"latency_s": slowest, "busbw_gbps": busbw}
+        lines.append(row)
+        summary["gangs"][name] = entry
+    summary["failures"] = failures
+    return "\n".join(lines) + "\n", failures, summary
+
+
+def _size_text(size: int) -> str:
+    for unit in ("G", "M", "K"):
+        if size % _UNITS[unit] == 0:
+            return f"{size // _UNITS[unit]}{unit}"
+    return f"{size}B"
+
+
+def describe_failure(ex: GangError, rank: int) -> str:
+    """One line for a communication failure seen by ``rank``."""
+    return f"rank {rank}: {ex}".splitlines()[0]

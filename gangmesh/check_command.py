@@ -1,0 +1,117 @@
+"""``gangmesh check``: as one rank of a job, or as the launcher of local ranks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import timedelta
+
+import torch
+
+from gangmesh.check import (
+    GangReport,
+    check_gangs,
+    describe_failure,
+    gather_reports,
+    parse_sizes,
+    summarize,
+)
+from gangmesh.gang import Gang, GangError, ProcessGroupGang
+from gangmesh.gangs import create_gangs
+from gangmesh.launch import run_local_workers
+from gangmesh.ops import broadcast_flag
+from gangmesh.render import findings_text
+from gangmesh.setup import read_launch_environment, setup_root_gang
+from gangmesh.topology import MeshTopology
+
+
+def check_locally(args: argparse.Namespace, dims: dict[str, int], argv: list[str]) -> int:
+    """Start ``--nproc`` local ranks of this same command; 0 only if all of them pass."""
+    if args.nproc < 1:
+        raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
+    MeshTopology(args.nproc, **dims)
+    parse_sizes(args.sizes)
+    exits = run_local_workers(args.nproc, argv, timeout=args.timeout)
+    failed = [e for e in exits if e.returncode != 0]
+    if not failed:
+        return 0
+    lines = [f"gangmesh check: FAILED on {len(failed)} of {args.nproc} processes"]
+    for e in failed:
+        how = (
+            "was killed after the others failed"
+            if e.returncode < 0
+            else (f"exited with code {e.returncode}")
+        )
+        lines.append(f"  rank {e.rank} {how}" + (f": {e.output_tail}" if e.output_tail else ""))
+    sys.stderr.write("\n".join(lines) + "\n")
+    return 1
+
+
+def check_as_rank(args: argparse.Namespace, dims: dict[str, int]) -> int:
+    """Take part in the check as this process's rank; rank 0 prints the report."""
+    timeout = timedelta(seconds=args.timeout)
+    sizes = parse_sizes(args.sizes)
+    root = _root_gang(args.init_method, timeout)
+    rank = root.rank
+    try:
+        plan = MeshTopology(root.size, **dims)
+        gangs = create_gangs(root, **dims, timeout=timeout)
+        if args.inject_exit_rank == rank:
+            os._exit(3)  # a crash, for fault-injection tests: no cleanup, no goodbye
+        reports = check_gangs(gangs, plan, sizes, args.iters)
+        everything = gather_reports(gangs, reports)
+        passed = True
+        if everything is not None:
+            passed = _report(args, root, plan, everything, sizes)
+        return 0 if broadcast_flag(root, passed) else 1
+    except GangError as ex:
+        sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")
+        return 1
+
+
+def _root_gang(init_method: str | None, timeout: timedelta) -> Gang:
+    if init_method is None:
+        return setup_root_gang(timeout=timeout)
+    return ProcessGroupGang.create_default_process_group(
+        torch.device("cpu"),
+        timeout=timeout,
+        init_method=init_method,
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+    )
+
+
+def _report(
+    args: argparse.Namespace,
+    root: Gang,
+    plan: MeshTopology,
+    everything: list[list[GangReport]],
+    sizes: list[int],
+) -> bool:
+    """Print the table, findings and verdict on rank 0; write the JSON. True if all passed."""
+    table, failures, summary = summarize(plan, everything, sizes)
+    dims = ", ".join(f"{k}={v}" for k, v in plan.dims.items())
+    print(f"gangmesh check: {plan.world_size} processes on {root.device.type}, {dims}")
+    print(table, end="")
+    per_node = args.ranks_per_node or _ranks_per_node(args)
+    if per_node:
+        print("\n".join(findings_text(plan.check_locality(per_node))))
+    if failures:
+        print(f"FAILED: {len(failures)} problem(s)")
+        for failure in failures:
+            print(f"  - {failure}")
+    else:
+        print(f"PASSED: every gang of {plan.world_size} processes matches the plan")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(summary, out, indent=1)
+    return not failures
+
+
+def _ranks_per_node(args: argparse.Namespace) -> int | None:
+    if args.init_method:
+        return int(os.environ["LOCAL_WORLD_SIZE"])
+    env = read_launch_environment()
+    return env.local_world_size if env else None
