@@ -1,0 +1,70 @@
+"""gangmesh check on local gloo processes: a pass, a bad layout, a process that dies."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.dist.launch import run_command
+
+pytestmark = pytest.mark.dist
+
+
+def check(*args: str, timeout: float = 240):
+    return run_command([sys.executable, "-m", "gangmesh.cli", "check", *args], timeout=timeout)
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_no_arguments_checks_four_local_processes(tmp_path):
+    report = tmp_path / "check.json"
+    run = check("--json", str(report), "--sizes", "8,64K", "--iters", "3")
+    assert run.returncode == 0, run.output
+    assert "gangmesh check: 4 processes on cpu" in run.output
+    assert "PASSED: every gang of 4 processes matches the plan" in run.output
+    summary = json.loads(report.read_text())
+    assert summary["failures"] == []
+    assert summary["gangs"]["dp"]["pass"] and summary["gangs"]["dp"]["size"] == 4
+    assert set(summary["gangs"]["root"]["sizes"]) == {"8", "65536"}
+
+
+def test_eight_processes_with_tensor_and_pipeline_parallel(tmp_path):
+    report = tmp_path / "check.json"
+    run = check("--nproc", "8", "--tp", "2", "--pp", "2", "--json", str(report),
+                "--sizes", "8", "--iters", "2")  # fmt: skip
+    assert run.returncode == 0, run.output
+    gangs = json.loads(report.read_text())["gangs"]
+    assert {name: (g["size"], g["groups"]) for name, g in gangs.items()} == {
+        "root": (8, 1), "pp": (2, 4), "dp": (2, 4), "rdp": (1, 8),
+        "sdp": (2, 4), "cp": (1, 8), "tp": (2, 4),
+    }  # fmt: skip
+    assert all(g["pass"] for g in gangs.values())
+    assert "tp        2       4  pass" in run.output
+
+
+def test_an_impossible_layout_is_one_line_and_exit_code_2():
+    run = check("--nproc", "6", "--tp", "4", timeout=60)
+    assert run.returncode == 2
+    assert run.output.strip().count("\n") == 0
+    assert run.output.startswith("gangmesh check: error: dp_shard: cannot infer its size")
+
+
+def test_a_process_that_dies_is_reported_within_the_timeout(tmp_path):
+    marker = str(tmp_path / "fault.json")
+    run = check("--inject-exit-rank", "2", "--timeout", "20", "--json", marker, timeout=120)
+    assert run.returncode == 1, run.output
+    assert "gangmesh check: FAILED on" in run.output
+    assert "rank 2 exited with code 3" in run.output
+    assert processes_mentioning(marker) == []

@@ -1,0 +1,23 @@
+"""The seed example, then tp gangs and 50 tp all_reduces just before the end; no close().
+
+With ``--raise-on R`` rank R raises after the collectives.
+"""
+
+import sys
+
+import torch
+
+from gangmesh import ReduceOperation, create_parallel_gangs, setup_root_gang
+
+gang = setup_root_gang()
+tensor = torch.tensor(gang.rank + 1.0, device=gang.device)
+gang.all_reduce(tensor, ReduceOperation.SUM)
+print(f"Rank {gang.rank}: Tensor after all_reduce = {tensor.item()}")
+gang.barrier()
+
+gangs = create_parallel_gangs(gang, tp_size=2)
+for _ in range(50):
+    gangs.tp.all_reduce(torch.ones(16), ReduceOperation.SUM)
+
+if "--raise-on" in sys.argv and gang.rank == int(sys.argv[sys.argv.index("--raise-on") + 1]):
+    raise RuntimeError(f"deliberate failure on rank {gang.rank}")
