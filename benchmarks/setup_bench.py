@@ -100,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--max-exp", type=int, default=16)
     parser.add_argument("--real-procs", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     json_argument(parser)
     args = parser.parse_args()

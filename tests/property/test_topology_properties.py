@@ -59,22 +59,23 @@ def test_documented_splits(layout):
     d = resolved(world_size, sizes)
     assert plan.dims == d
     # tp groups are runs of tp consecutive ranks, starting at multiples of tp.
-    for group in plan.groups("tp"):
-        assert group[0] % d["tp"] == 0
-        assert group.tolist() == list(range(group[0], group[0] + d["tp"]))
+    tp = plan.groups("tp")
+    assert (tp[:, 0] % d["tp"] == 0).all()
+    assert (tp == tp[:, :1] + np.arange(d["tp"])).all()
     # dp groups (replicate x shard) are strided by cp * tp.
-    for group in plan.groups("dp"):
-        assert set(np.diff(group).tolist()) <= {d["cp"] * d["tp"]}
+    assert (np.diff(plan.groups("dp"), axis=1) == d["cp"] * d["tp"]).all()
     # pp groups are strided by world_size / pp.
-    for group in plan.groups("pp"):
-        assert set(np.diff(group).tolist()) <= {world_size // d["pp"]}
+    assert (np.diff(plan.groups("pp"), axis=1) == world_size // d["pp"]).all()
     # HSDP: within a dp group, sdp groups are consecutive slices, rdp groups stride by sdp size.
-    sdp = {tuple(g) for g in plan.groups("dp_shard").tolist()}
-    rdp = {tuple(g) for g in plan.groups("dp_replicate").tolist()}
-    for group in plan.groups("dp").tolist():
-        shard = d["dp_shard"]
-        assert {tuple(group[i : i + shard]) for i in range(0, len(group), shard)} <= sdp
-        assert {tuple(group[j::shard]) for j in range(shard)} <= rdp
+    replicate, shard = d["dp_replicate"], d["dp_shard"]
+    dp = plan.groups("dp").reshape(-1, replicate, shard)
+    assert same_rows(dp.reshape(-1, shard), plan.groups("dp_shard"))
+    assert same_rows(dp.transpose(0, 2, 1).reshape(-1, replicate), plan.groups("dp_replicate"))
+
+
+def same_rows(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two group arrays hold the same groups, in any order."""
+    return a.shape == b.shape and np.array_equal(np.unique(a, axis=0), np.unique(b, axis=0))
 
 
 def test_design_tables_for_eight_processes():
