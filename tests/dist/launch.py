@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,9 +89,12 @@ def _kill_session(pid: int) -> None:
 def slurm_like(script: str, ntasks: int, *args: str, timeout: float = 120) -> Run:
     """Start ``ntasks`` processes with the variables srun sets (one node), no torchrun."""
     port = str(free_port())
-    procs = []
-    for rank in range(ntasks):
-        env = {
+    return processes(
+        script,
+        ntasks,
+        *args,
+        timeout=timeout,
+        env_of=lambda rank: {
             "SLURM_PROCID": str(rank),
             "SLURM_NTASKS": str(ntasks),
             "SLURM_LOCALID": str(rank),
@@ -97,15 +102,48 @@ def slurm_like(script: str, ntasks: int, *args: str, timeout: float = 120) -> Ru
             "SLURM_JOB_NODELIST": "127.0.0.1",
             "SLURM_JOB_ID": "4242",
             "MASTER_PORT": port,
-        }
-        cmd = [sys.executable, str(WORKERS / script), *args]
-        procs.append(_start(cmd, env))
+        },
+    )
+
+
+def bare_processes(script: str, nproc: int, *args: str, timeout: float = 120) -> Run:
+    """Start ``nproc`` processes with torchrun's variables but no agent, so that one
+    process's death does not make a launcher kill the others."""
+    port = str(free_port())
+    return processes(
+        script,
+        nproc,
+        *args,
+        timeout=timeout,
+        env_of=lambda rank: {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        },
+    )
+
+
+def processes(
+    script: str,
+    count: int,
+    *args: str,
+    timeout: float,
+    env_of: Callable[[int], dict[str, str]],
+) -> Run:
+    """Run ``count`` copies of a worker script, each in its own session, all bounded by
+    ``timeout`` and killed afterwards. The return code is the one farthest from 0."""
+    procs = [_start([sys.executable, str(WORKERS / script), *args], env_of(rank)) for rank in range(count)]
+    deadline = time.monotonic() + timeout
     outputs, codes = [], []
     for proc in procs:
         try:
-            output, _ = proc.communicate(timeout=timeout)
+            output, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            output = f"TIMED OUT after {timeout}s"
+            _kill_session(proc.pid)
+            output = f"TIMED OUT after {timeout}s\n" + (proc.communicate()[0] or "")
         outputs.append(output or "")
         codes.append(proc.returncode if proc.returncode is not None else -9)
     for proc in procs:
@@ -114,7 +152,8 @@ def slurm_like(script: str, ntasks: int, *args: str, timeout: float = 120) -> Ru
 
 
 def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    launcher_vars = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    clean = {k: v for k, v in os.environ.items() if k not in launcher_vars}
     return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

@@ -1,0 +1,54 @@
+"""Faults become bounded GangErrors: a hung peer, a killed peer, ranks absent from a barrier."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dist.launch import bare_processes
+from tests.dist.test_check import processes_mentioning
+
+pytestmark = pytest.mark.dist
+
+TIMEOUT_S = 5.0
+
+
+def run_fault(tmp_path, mode: str):
+    out = tmp_path / mode
+    run = bare_processes("faults.py", 4, str(out), mode, timeout=120)
+    assert processes_mentioning(str(out)) == [], "a process was left behind"
+    return run, run.results(out)
+
+
+def test_a_peer_that_never_enters_a_sub_gang_all_reduce(tmp_path):
+    run, results = run_fault(tmp_path, "absent")
+    assert run.returncode == 0, run.output
+    for rank, local in ((1, 0), (2, 1)):
+        got = results[rank]
+        assert got["error"].startswith(
+            f"all_reduce(SUM) failed on gang 'root[1,2,3]' (size 3, rank {local}, global rank {rank})"
+        )
+        assert got["cause"] == "RuntimeError", "torch's error is chained"
+        assert TIMEOUT_S <= got["seconds"] < 20
+        assert got["closed_twice"] is True
+    assert "error" not in results[0] and "error" not in results[3]
+
+
+def test_a_peer_killed_mid_loop(tmp_path):
+    run, results = run_fault(tmp_path, "sigkill")
+    assert run.returncode == -9, "only the killed process fails"
+    killed_at = results[2]["killed_at"]
+    for rank in (0, 1, 3):
+        got = results[rank]
+        assert got["error"].startswith(f"all_reduce(SUM) failed on gang 'root' (size 4, rank {rank}")
+        assert got["errored_at"] - killed_at < TIMEOUT_S + 2
+        assert got["closed_twice"] is True
+
+
+def test_a_monitored_barrier_names_every_absent_rank(tmp_path):
+    run, results = run_fault(tmp_path, "monitored")
+    assert run.returncode == 0, run.output
+    error = results[0]["error"]
+    assert error.startswith("barrier failed on gang 'root' (size 4, rank 0, global rank 0)")
+    assert "Ranks 2, 3 failed to pass monitoredBarrier" in error
+    assert TIMEOUT_S <= results[0]["seconds"] < 20
+    assert "error" in results[1], "rank 1 arrived but hears of the failure too"
