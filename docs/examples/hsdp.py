@@ -1,0 +1,64 @@
+"""FSDP2 over gangs.mesh: hybrid sharding (HSDP) or full sharding, checked against one process.
+
+torchrun --nproc-per-node 4 docs/examples/hsdp.py            # HSDP: 2 replicas x 2 shards
+torchrun --nproc-per-node 4 docs/examples/hsdp.py --fsdp     # FSDP: 4 shards
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.distributed.fsdp import fully_shard
+from toy_model import (
+    STEPS,
+    check_sharded,
+    compare,
+    global_batch,
+    local_slice,
+    log,
+    loss_of,
+    make_model,
+    reference_losses,
+    setup_logging,
+)
+
+import gangmesh as gm
+
+
+def main() -> None:
+    setup_logging()
+    root = gm.setup_root_gang()
+    fsdp = "--fsdp" in sys.argv or root.size % 2
+    replicas = 1 if fsdp else 2
+    gangs = gm.create_gangs(root, dp_replicate=replicas, dp_shard=-1)
+    if root.rank == 0:
+        log.info("%s on %d processes: %s", "FSDP" if fsdp else "HSDP", root.size, gangs)
+
+    model = make_model(root.device)
+    if gangs.mesh is not None:  # a world of one process has nothing to shard over
+        mesh = gangs.mesh["dp_shard"] if fsdp else gangs.mesh["dp_replicate", "dp_shard"]
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        check_sharded(model.blocks[0].up.weight, gangs.sdp.size, root.rank)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    losses = []
+    for step in range(STEPS):
+        inputs, targets = global_batch(step, root.device)
+        inputs = local_slice(inputs, gangs.dp.rank, gangs.dp.size)
+        targets = local_slice(targets, gangs.dp.rank, gangs.dp.size)
+        loss = loss_of(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        mean = loss.detach().clone()
+        gangs.dp.all_reduce(mean, gm.ReduceOperation.MEAN)
+        losses.append(mean.item())
+
+    compare(losses, reference_losses(root.device), root.rank)
+
+
+if __name__ == "__main__":
+    main()

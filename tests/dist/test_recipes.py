@@ -1,0 +1,31 @@
+"""The parallel recipes in docs/examples train like one process and really shard."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.dist.launch import REPO, torchrun
+
+pytestmark = pytest.mark.dist
+
+RECIPES = {
+    "hsdp_2x2": ("hsdp.py", 4, [], "HSDP on 4 processes", "(64, 32) of global (128, 32)"),
+    "fsdp_4": ("hsdp.py", 4, ["--fsdp"], "FSDP on 4 processes", "(32, 32) of global (128, 32)"),
+    "tp2_dp2": ("tp_fsdp.py", 4, [], "TP 2 x DP 2", "(32, 32) of global (128, 32)"),
+    "pp2_tp2_dp2": ("pp_tp_dp.py", 8, [], "PP 2 x TP 2 x DP 2", "(64, 32) of global (128, 32)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_matches_one_process_and_shards(name):
+    script, nproc, args, banner, shard = RECIPES[name]
+    run = torchrun(REPO / "docs/examples" / script, nproc, *args, timeout=300)
+    assert run.returncode == 0, run.output
+    assert banner in run.output
+    assert f"blocks[0].up.weight: local shard {shard}" in run.output
+    steps = re.findall(r"step \d: loss [\d.]+ \(single process [\d.]+, rel\. error ([\d.e+-]+)\)", run.output)
+    assert len(steps) == 4, run.output
+    assert max(float(e) for e in steps) <= 1e-5
+    assert "matches the single-process run within 1e-05" in run.output
