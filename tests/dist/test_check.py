@@ -68,3 +68,17 @@ def test_a_process_that_dies_is_reported_within_the_timeout(tmp_path):
     assert "gangmesh check: FAILED on" in run.output
     assert "rank 2 exited with code 3" in run.output
     assert processes_mentioning(marker) == []
+
+
+def test_under_torchrun_each_process_takes_part_as_its_rank():
+    from tests.dist.launch import free_port
+
+    run = run_command(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
+         "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+         "-m", "gangmesh.cli", "check", "--tp", "2", "--sizes", "8", "--iters", "2"],
+        timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    assert "gangmesh check: 4 processes on cpu, pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2" in run.output
+    assert "PASSED: every gang of 4 processes matches the plan" in run.output
