@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ def printed(script: str, *, with_fairseq2_names: bool = False) -> list[str]:
     env = {"PYTHONPATH": f"{REPO}:{SHIMS}"} if with_fairseq2_names else None
     run = torchrun(MIGRATION / script, 4, env=env)
     assert run.returncode == 0, run.output
-    lines = sorted(line for line in run.output.splitlines() if line.startswith("rank "))
-    assert len(lines) == 4, run.output
-    return lines
+    # Ranks share one stdout, so a line may be interleaved with another rank's: find records.
+    records = sorted(re.findall(r"(rank \d+: .*?)(?=rank \d+: |\n|$)", run.output))
+    assert len(records) == 4, run.output
+    return records
 
 
 def test_fairseq2_code_runs_unchanged_on_gangmesh_names():
