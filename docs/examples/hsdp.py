@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from torch.distributed.fsdp import fully_shard
 from toy_model import (
-    STEPS,
     check_sharded,
     compare,
-    global_batch,
-    local_slice,
     log,
-    loss_of,
     make_model,
     reference_losses,
     setup_logging,
+    train_data_parallel,
 )
 
 import gangmesh as gm
@@ -42,21 +38,8 @@ def main() -> None:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         check_sharded(model.blocks[0].up.weight, gangs.sdp.size, root.rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-    losses = []
-    for step in range(STEPS):
-        inputs, targets = global_batch(step, root.device)
-        inputs = local_slice(inputs, gangs.dp.rank, gangs.dp.size)
-        targets = local_slice(targets, gangs.dp.rank, gangs.dp.size)
-        loss = loss_of(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        mean = loss.detach().clone()
-        gangs.dp.all_reduce(mean, gm.ReduceOperation.MEAN)
-        losses.append(mean.item())
-
+    losses = train_data_parallel(model, gangs.dp)
     compare(losses, reference_losses(root.device), root.rank)
 
 

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
+from gangmesh import Gang, ReduceOperation
+
 VOCAB, DIM, SEQ, BLOCKS = 64, 32, 8, 2
 STEPS, GLOBAL_BATCH, LR = 4, 8, 1e-2
 RTOL = 1e-5  # float32 on CPU
@@ -70,6 +72,28 @@ def local_slice(tensor: Tensor, index: int, count: int) -> Tensor:
 
 def loss_of(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits, targets.reshape(-1))
+
+
+def train_data_parallel(model: nn.Module, dp: Gang) -> list[float]:
+    """Train on this process's slice of each global batch; the mean loss over ``dp`` per step.
+
+    The gradients are averaged over ``dp`` by FSDP, inside ``backward``.
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses = []
+    for step in range(STEPS):
+        inputs, targets = global_batch(step, dp.device)
+        # The processes of one tp gang share a dp rank, hence the same slice of the batch.
+        inputs = local_slice(inputs, dp.rank, dp.size)
+        targets = local_slice(targets, dp.rank, dp.size)
+        loss = loss_of(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        mean = loss.detach().clone()
+        dp.all_reduce(mean, ReduceOperation.MEAN)
+        losses.append(mean.item())
+    return losses
 
 
 def reference_losses(device: torch.device) -> list[float]:

@@ -5,7 +5,6 @@ torchrun --nproc-per-node 4 docs/examples/tp_fsdp.py     # TP 2 x DP 2
 
 from __future__ import annotations
 
-import torch
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -13,16 +12,13 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 from toy_model import (
-    STEPS,
     check_sharded,
     compare,
-    global_batch,
-    local_slice,
     log,
-    loss_of,
     make_model,
     reference_losses,
     setup_logging,
+    train_data_parallel,
 )
 
 import gangmesh as gm
@@ -48,22 +44,8 @@ def main() -> None:
         fully_shard(model, mesh=gangs.mesh["dp_shard"])
         # `up` rows are split by tp, then by dp.
         check_sharded(model.blocks[0].up.weight, gangs.tp.size * gangs.dp.size, root.rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-    losses = []
-    for step in range(STEPS):
-        inputs, targets = global_batch(step, root.device)
-        # The processes of one tp gang share a dp rank, hence the same slice of the batch.
-        inputs = local_slice(inputs, gangs.dp.rank, gangs.dp.size)
-        targets = local_slice(targets, gangs.dp.rank, gangs.dp.size)
-        loss = loss_of(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        mean = loss.detach().clone()
-        gangs.dp.all_reduce(mean, gm.ReduceOperation.MEAN)
-        losses.append(mean.item())
-
+    losses = train_data_parallel(model, gangs.dp)
     compare(losses, reference_losses(root.device), root.rank)
 
 
