@@ -40,6 +40,7 @@ def main() -> None:
                 started = time.time()
                 sub.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
         elif mode == "sigkill":
+            gangs = gm.create_gangs(root, tp=2)
             for step in range(1000):
                 if me == 2 and step == 20:
                     write_results(me, {"mode": mode, "killed_at": time.time()})
@@ -51,6 +52,9 @@ def main() -> None:
     except gm.GangError as ex:
         result.update(error=str(ex), cause=type(ex.__cause__).__name__, seconds=time.time() - started)
         result["errored_at"] = time.time()
+        if mode == "sigkill":
+            gangs.close()  # mesh groups, then the root, with a peer gone
+            gangs.close()
         root.close()
         root.close()
         result["closed_twice"] = True
