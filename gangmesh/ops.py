@@ -41,41 +41,36 @@ def all_sum(gang: Gang, value: float | int | Tensor) -> Tensor:
 def all_reduce_dict(
     gang: Gang, data: Mapping[str, Any], op: ReduceOperation = ReduceOperation.SUM
 ) -> dict[str, Any]:
-    """Reduce a dict of numbers and tensors with one collective per dtype.
+    """Reduce a dict of numbers and real tensors with one collective.
 
-    Every process passes the same keys with values of the same shapes. Values
-    come back with their original types, devices and dtypes (Python numbers
-    as Python numbers). Raises TypeError for values that are neither numbers
-    nor tensors, ValueError for an empty dict.
+    Every process passes the same keys with values of the same shapes. The values
+    travel in one float64 buffer (exact for integers up to 2**53) and come back
+    with their original types, devices, dtypes and shapes. Raises TypeError for
+    values that are neither real numbers nor real tensors.
     """
     if not isinstance(data, Mapping):
         raise TypeError(f"data: expected a mapping of str to numbers or tensors, got {data!r}")
-    tensors: dict[str, Tensor] = {}
+    flat_values = []
     for key, value in data.items():
-        if isinstance(value, Tensor):
-            tensors[key] = value.detach()
+        if isinstance(value, Tensor) and not value.is_complex():
+            flat_values.append(value.detach().reshape(-1).to(gang.device, torch.float64))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            tensors[key] = torch.tensor(value, dtype=torch.float64)
+            flat_values.append(torch.tensor([value], dtype=torch.float64, device=gang.device))
         else:
-            raise TypeError(f"data[{key!r}]: expected a number or a tensor, got {value!r}")
-    by_dtype: dict[torch.dtype, list[str]] = {}
-    for key, tensor in tensors.items():
-        by_dtype.setdefault(tensor.dtype, []).append(key)
-    reduced: dict[str, Tensor] = {}
-    for dtype, keys in by_dtype.items():
-        flat = torch.cat([tensors[k].reshape(-1).to(gang.device, dtype) for k in keys])
-        gang.all_reduce(flat, op)
-        offset = 0
-        for key in keys:
-            count = tensors[key].numel()
-            reduced[key] = flat[offset : offset + count].view(tensors[key].shape)
-            offset += count
+            raise TypeError(f"data[{key!r}]: expected a real number or tensor, got {value!r}")
+    if not flat_values:
+        return {}
+    buffer = torch.cat(flat_values)
+    gang.all_reduce(buffer, op)
     result: dict[str, Any] = {}
-    for key, value in data.items():
+    offset = 0
+    for (key, value), flat in zip(data.items(), flat_values, strict=True):
+        reduced = buffer[offset : offset + flat.numel()]
+        offset += flat.numel()
         if isinstance(value, Tensor):
-            result[key] = reduced[key].to(value.device)
+            result[key] = reduced.view(value.shape).to(value.device, value.dtype)
         else:
-            result[key] = type(value)(reduced[key].item())
+            result[key] = type(value)(reduced.item())
     return result
 
 

@@ -117,3 +117,11 @@ def test_closed_gangs_refuse_work_with_a_gang_error():
         tp = gangs.tp
     with pytest.raises(gm.GangError, match="is closed"):
         tp.as_process_group()
+
+
+def test_setup_root_gang_wraps_an_already_initialised_default_group():
+    with simulate_gangs(16, 9) as gangs:
+        root = gm.setup_root_gang()
+        assert isinstance(root, gm.ProcessGroupGang)
+        assert (root.rank, root.size) == (9, 16)
+        assert root.as_process_group() is gangs.root.as_process_group()

@@ -44,10 +44,16 @@ def test_all_reduce_dict_keeps_types_dtypes_and_shapes():
 
 def test_all_reduce_dict_with_max_and_bad_values():
     assert all_reduce_dict(FakeGang(CPU, size=4), {"m": 2.0}, ReduceOperation.MAX) == {"m": 2.0}
-    with pytest.raises(TypeError, match=r"data\['s'\]: expected a number or a tensor"):
+    with pytest.raises(TypeError, match=r"data\[.s.\]: expected a real number or tensor"):
         all_reduce_dict(FakeGang(CPU), {"s": "text"})
 
 
 def test_all_gather_objects_returns_one_object_per_rank():
     obj = {"rank": 1, "nested": [1, (2, 3)]}
     assert all_gather_objects(FakeGang(CPU, rank=1, size=3), obj) == [obj, obj, obj]
+
+
+def test_all_reduce_dict_of_nothing_and_of_large_integers():
+    assert all_reduce_dict(FakeGang(CPU, size=2), {}) == {}
+    out = all_reduce_dict(FakeGang(CPU, size=2), {"n": 2**52, "t": torch.tensor([2**52])})
+    assert out["n"] == 2**53 and out["t"].tolist() == [2**53]
