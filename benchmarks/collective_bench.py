@@ -26,8 +26,7 @@ import torch
 import torch.distributed as dist
 
 import gangmesh as gm
-from benchmarks.report import json_argument, print_table, write_json
-from benchmarks.setup_bench import _free_port
+from benchmarks.report import free_port, json_argument, print_table, write_json
 from gangmesh.check import parse_sizes
 
 TITLE = "Gang collectives vs raw torch.distributed on the same gloo group"
@@ -85,7 +84,7 @@ def run(nproc: int, sizes_text: str, rounds: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
+            "--master-addr=127.0.0.1", f"--master-port={free_port()}",
             "-m", "benchmarks.collective_bench", "--worker", out,
             "--sizes", sizes_text, "--rounds", str(rounds),
         ]  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,13 @@ def print_table(title: str, rows: list[dict[str, Any]]) -> None:
     print("  ".join(k.rjust(w) for k, w in zip(keys, widths, strict=True)))
     for line in cells:
         print("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def json_argument(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 import gangmesh as gm
-from benchmarks.report import json_argument, median, print_table, write_json
+from benchmarks.report import free_port, json_argument, median, print_table, write_json
 from gangmesh.topology import DIM_NAMES, MeshTopology
 
 TITLE = "Gangs setup vs bare init_device_mesh (pp=2, tp=8 or 2, dp_shard inferred; + dp flattened)"
@@ -79,21 +79,13 @@ def real(nproc: int, repeats: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
+            "--master-addr=127.0.0.1", f"--master-port={free_port()}",
             "-m", "benchmarks.setup_bench", "--worker", out, "--repeats", str(repeats),
         ]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run(cmd, check=True, timeout=600, env=env, capture_output=True)
         pairs = [json.loads(p.read_text()) for p in Path(out).glob("rank*.json")]
     return max(b for b, _ in pairs), max(g for _, g in pairs)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def main() -> None:
