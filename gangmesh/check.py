@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -16,8 +15,6 @@ from gangmesh.gang import Gang, GangError, ReduceOperation
 from gangmesh.gangs import Gangs
 from gangmesh.ops import all_gather_objects
 from gangmesh.topology import MeshTopology
-
-log = logging.getLogger("gangmesh")
 
 CHECKED_GANGS: dict[str, str] = {
     "root": "root",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import subprocess
 import sys
@@ -12,8 +11,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-log = logging.getLogger("gangmesh")
 
 GRACE_SECONDS = 10.0
 """How long survivors get, beyond the collective timeout, to exit after a peer failed."""
