@@ -21,6 +21,8 @@ PICTURES = {
     "sixteen_hsdp": "--world-size 16 --dp-replicate 2 --tp 2 --ranks-per-node 8",
     "two_nodes_pp": "--world-size 16 --pp 2 --tp 4 --ranks-per-node 8",
     "crossing_tp": "--world-size 12 --tp 4 --ranks-per-node 6",
+    "tp_outermost": "--world-size 8 --tp 2 --order tp,pp,dp_replicate,dp_shard,cp",
+    "eight_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8",
 }
 _generated = Path(__file__).parent / "_generated"
 _generated.mkdir(exist_ok=True)

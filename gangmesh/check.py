@@ -14,18 +14,10 @@ import torch.distributed as dist
 from gangmesh.gang import Gang, GangError, ReduceOperation
 from gangmesh.gangs import Gangs
 from gangmesh.ops import all_gather_objects
-from gangmesh.topology import MeshTopology
+from gangmesh.topology import GANG_NAMES, MeshTopology
 
-CHECKED_GANGS: dict[str, str] = {
-    "root": "root",
-    "pp": "pp",
-    "dp": "dp",
-    "rdp": "dp_replicate",
-    "sdp": "dp_shard",
-    "cp": "cp",
-    "tp": "tp",
-}
-"""Gangs attribute -> plan dimension, in the order the report lists them."""
+CHECKED_GANGS: tuple[str, ...] = ("root", *GANG_NAMES)
+"""The gangs the report lists, in its order."""
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -54,6 +46,8 @@ class GangReport:
     problems: list[str] = field(default_factory=list)
     timings: dict[int, float] = field(default_factory=dict)
     """Message size in bytes -> mean all_reduce seconds."""
+    communicators: int = 0
+    """Communicators this process holds (set on the root's report only)."""
 
 
 def check_gangs(
@@ -66,12 +60,12 @@ def check_gangs(
     """
     rank = gangs.root.rank
     reports = []
-    for step, (name, dim) in enumerate(CHECKED_GANGS.items(), start=1):
-        gang: Gang = getattr(gangs, name)
+    for step, name in enumerate(CHECKED_GANGS, start=1):
+        gang = gangs[name]
         if rank == 0:
             print(f"[{step}/{len(CHECKED_GANGS)}] checking {name} (size {gang.size})...",
                   file=sys.stderr, flush=True)  # fmt: skip
-        members = list(range(plan.world_size)) if name == "root" else plan.group_of(rank, dim)
+        members = list(range(plan.world_size)) if name == "root" else plan.group_of(rank, name)
         report = GangReport(name, gang.size)
         report.problems.extend(_membership_problems(gang, members, rank))
         if not report.problems:
@@ -79,6 +73,7 @@ def check_gangs(
             if gang.size > 1:
                 report.timings = _time_all_reduce(gang, sizes, iters)
         reports.append(report)
+    reports[0].communicators = len(gangs.communicators())
     return reports
 
 
@@ -106,6 +101,19 @@ def _collective_problems(gang: Gang, members: list[int], rank: int) -> list[str]
     gang.all_gather(gathered, torch.tensor([rank], device=gang.device))
     if gathered.tolist() != members:
         problems.append(f"all_gather: expected {members}, got {gathered.tolist()}")
+    exchanged = torch.empty(gang.size, dtype=torch.int64, device=gang.device)
+    gang.all_to_all(exchanged, torch.full((gang.size,), rank, device=gang.device))
+    if exchanged.tolist() != members:
+        problems.append(f"all_to_all: expected {members}, got {exchanged.tolist()}")
+    scattered = torch.empty(1, dtype=torch.float64, device=gang.device)
+    gang.reduce_scatter(
+        scattered,
+        torch.arange(gang.size, dtype=torch.float64, device=gang.device) + rank,
+        ReduceOperation.SUM,
+    )
+    want = sum(members) + gang.size * members.index(rank)
+    if scattered.item() != want:
+        problems.append(f"reduce_scatter: expected {want}, got {scattered.item()}")
     source = gang.size - 1
     value = torch.tensor([rank], device=gang.device)
     gang.broadcast(value, source_rank=source)
@@ -157,11 +165,16 @@ def summarize(
         f"  {_size_text(s) + ' lat us':>12} {'busbw GB/s':>10}" for s in sizes
     )
     lines = [header]
-    summary: dict[str, Any] = {"world_size": plan.world_size, "dims": plan.dims, "gangs": {}}
-    for index, (name, dim) in enumerate(CHECKED_GANGS.items()):
+    summary: dict[str, Any] = {
+        "world_size": plan.world_size,
+        "sizes": plan.sizes(),
+        "order": list(plan.order),
+        "gangs": {},
+    }
+    for index, name in enumerate(CHECKED_GANGS):
         reports = [reports[index] for reports in everything]
         size = reports[0].size
-        groups = 1 if name == "root" else plan.world_size // plan.size_of(dim)
+        groups = 1 if name == "root" else plan.world_size // plan.size_of(name)
         ok = not any(r.problems for r in reports)
         row = f"{name:<5} {size:>5} {groups:>7}  {'pass' if ok else 'FAIL':<5}"
         entry: dict[str, Any] = {"size": size, "groups": groups, "pass": ok, "sizes": {}}
@@ -176,6 +189,13 @@ def summarize(
             entry["sizes"][s] = {"latency_s": slowest, "busbw_gbps": busbw}
         lines.append(row)
         summary["gangs"][name] = entry
+    counts = [reports[0].communicators for reports in everything]
+    summary["communicators_per_process"] = counts
+    lines.append(
+        f"communicators per process: {min(counts)}"
+        + (f" to {max(counts)}" if max(counts) != min(counts) else "")
+        + " (one per distinct set of ranks, root included; none for gangs of size 1)"
+    )
     summary["failures"] = failures
     return "\n".join(lines) + "\n", failures, summary
 

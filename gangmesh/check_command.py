@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from datetime import timedelta
+from typing import Any
 
 import torch
 
@@ -18,16 +19,17 @@ from gangmesh.check import (
     parse_sizes,
     summarize,
 )
-from gangmesh.gang import Gang, GangError, ProcessGroupGang
+from gangmesh.gang import Gang, GangError
 from gangmesh.gangs import create_gangs
 from gangmesh.launch import run_local_workers
 from gangmesh.ops import broadcast_flag
+from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.render import findings_text
 from gangmesh.setup import read_launch_environment, setup_root_gang
 from gangmesh.topology import MeshTopology
 
 
-def check_locally(args: argparse.Namespace, dims: dict[str, int], argv: list[str]) -> int:
+def check_locally(args: argparse.Namespace, dims: dict[str, Any], argv: list[str]) -> int:
     """Start ``--nproc`` local ranks of this same command; 0 only if all of them pass."""
     if args.nproc < 1:
         raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
@@ -49,7 +51,7 @@ def check_locally(args: argparse.Namespace, dims: dict[str, int], argv: list[str
     return 1
 
 
-def check_as_rank(args: argparse.Namespace, dims: dict[str, int]) -> int:
+def check_as_rank(args: argparse.Namespace, dims: dict[str, Any]) -> int:
     """Take part in the check as this process's rank; rank 0 prints the report."""
     timeout = timedelta(seconds=args.timeout)
     sizes = parse_sizes(args.sizes)
@@ -92,8 +94,8 @@ def _report(
 ) -> bool:
     """Print the table, findings and verdict on rank 0; write the JSON. True if all passed."""
     table, failures, summary = summarize(plan, everything, sizes)
-    dims = ", ".join(f"{k}={v}" for k, v in plan.dims.items())
-    print(f"gangmesh check: {plan.world_size} processes on {root.device.type}, {dims}")
+    layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
+    print(f"gangmesh check: {plan.world_size} processes on {root.device.type}, {layout}")
     print(table, end="")
     per_node = args.ranks_per_node or _ranks_per_node(args)
     if per_node:

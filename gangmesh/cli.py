@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gangmesh.render import plan_json, plan_svg, plan_table
 from gangmesh.setup import read_launch_environment
@@ -28,16 +28,25 @@ def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dp-shard", type=int, default=-1, help="sharded data parallel size")
     group.add_argument("--cp", type=int, default=1, help="context parallel size")
     group.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    group.add_argument("--ep", type=int, default=1, help="expert parallel size")
+    group.add_argument("--etp", type=int, default=1, help="expert tensor parallel size: 1 or tp")
+    group.add_argument(
+        "--order",
+        help="the dense dimensions outermost first, e.g. pp,dp_replicate,dp_shard,cp,tp",
+    )
 
 
-def dims_of(args: argparse.Namespace) -> dict[str, int]:
-    """The dimension sizes given on the command line."""
+def dims_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The layout given on the command line, as create_gangs and MeshTopology take it."""
     return {
         "pp": args.pp,
         "dp_replicate": args.dp_replicate,
         "dp_shard": args.dp_shard,
         "cp": args.cp,
         "tp": args.tp,
+        "ep": args.ep,
+        "etp": args.etp,
+        "order": args.order,
     }
 
 

@@ -1,45 +1,98 @@
-"""Gangs: one gang per parallel dimension, built from one DeviceMesh."""
+"""Gangs: one gang per parallel dimension of a plan, built over DeviceMeshes."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from collections.abc import Iterator
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
-from gangmesh._validate import check_positive
-from gangmesh.gang import (
-    DEFAULT_TIMEOUT,
-    FakeGang,
-    Gang,
-    GangError,
-    ProcessGroupGang,
-    backend_options,
+from gangmesh import mesh_build
+from gangmesh._checks import InvalidTypeError, check_positive
+from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
+from gangmesh.fake_gang import FakeGang
+from gangmesh.gang import DEFAULT_TIMEOUT, Gang
+from gangmesh.mesh_read import read_meshes
+from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.topology import (
+    ALIASES,
+    GANG_NAMES,
+    MeshTopology,
 )
-from gangmesh.topology import DIM_NAMES, MeshTopology
 
 log = logging.getLogger("gangmesh")
 
 
 class Gangs:
-    """The gangs of one process: root, data (dp, rdp, sdp), tensor, pipeline, context.
+    """The gangs of one process: the root, and one gang per dimension of its plan.
 
-    ``mesh`` is the DeviceMesh the gangs come from (None for fake gangs); hand it
-    to FSDP2 (``mesh["dp_replicate", "dp_shard"]`` for HSDP), tensor parallelism
-    (``mesh["tp"]``) and pipeline stages. Used as a context manager it becomes
-    the calling thread's current gangs (see :func:`maybe_get_current_gangs`).
+    ``mesh`` is the dense DeviceMesh (dimensions in ``plan.order``, plus the
+    flattened "dp" and "dp_shard_cp"); hand it to FSDP2
+    (``mesh["dp_replicate", "dp_shard"]`` for HSDP), tensor parallelism
+    (``mesh["tp"]``) and pipeline stages. ``expert_mesh`` has the dimensions
+    ("pp", "dp_replicate", "efsdp", "ep", "etp") and the flattened "edp" over the
+    same processes when ``ep > 1``, else it is None. Both are None for fake gangs.
+    Used as a context manager, a Gangs becomes the calling thread's current gangs
+    (see :func:`maybe_get_current_gangs`).
 
-    Raises ValueError if root rank 0 is not rank 0 of every gang.
+    :raises ValueError: root rank 0 is not rank 0 of every gang, or the gang sizes
+        do not multiply to the root size.
     """
 
-    __slots__ = ("_closed", "cp", "dp", "mesh", "pp", "rdp", "root", "sdp", "timeout", "tp")
+    __slots__ = (
+        "_closed",
+        "_gangs",
+        "_leases",
+        "cp",
+        "dp",
+        "edp",
+        "efsdp",
+        "ep",
+        "etp",
+        "expert_mesh",
+        "mesh",
+        "plan",
+        "pp",
+        "rdp",
+        "root",
+        "sdp",
+        "timeout",
+        "tp",
+    )
+
+    root: Gang
+    """Every process of the job."""
+    dp: Gang
+    """Data parallel: dp_replicate x dp_shard flattened."""
+    rdp: Gang
+    """Replicated data parallel (dp_replicate): the replicas of HSDP."""
+    sdp: Gang
+    """Sharded data parallel (dp_shard): the shards of FSDP."""
+    tp: Gang
+    """Tensor parallel."""
+    pp: Gang
+    """Pipeline parallel: the stages."""
+    cp: Gang
+    """Context parallel."""
+    ep: Gang
+    """Expert parallel (size 1 without expert parallelism)."""
+    efsdp: Gang
+    """Sharded data parallel of the expert weights."""
+    etp: Gang
+    """Tensor parallel of the expert weights."""
+    edp: Gang
+    """Expert data parallel: dp_replicate x efsdp flattened."""
+    plan: MeshTopology
+    """The layout these gangs were built from."""
+    mesh: DeviceMesh | None
+    expert_mesh: DeviceMesh | None
+    timeout: timedelta | None
+    """Timeout of the groups these gangs created."""
 
     def __init__(
         self,
@@ -51,18 +104,44 @@ class Gangs:
         tp: Gang,
         pp: Gang,
         cp: Gang | None = None,
+        ep: Gang | None = None,
+        efsdp: Gang | None = None,
+        etp: Gang | None = None,
+        edp: Gang | None = None,
+        plan: MeshTopology | None = None,
         mesh: DeviceMesh | None = None,
+        expert_mesh: DeviceMesh | None = None,
         timeout: timedelta | None = None,
     ) -> None:
+        def one(gang: Gang | None) -> Gang:
+            return gang if gang is not None else FakeGang(root.device)
+
         self.root = root
-        self.dp = dp
-        self.rdp = rdp
-        self.sdp = sdp
-        self.tp = tp
-        self.pp = pp
-        self.cp = cp if cp is not None else FakeGang(root.device)
+        self.dp, self.rdp, self.sdp, self.tp, self.pp = dp, rdp, sdp, tp, pp
+        self.cp, self.ep, self.efsdp, self.etp, self.edp = (
+            one(cp),
+            one(ep),
+            one(efsdp),
+            one(etp),
+            one(edp),
+        )
+        self.plan = plan or MeshTopology(
+            root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=self.cp.size,
+            tp=tp.size, ep=self.ep.size, etp=self.etp.size,
+        )  # fmt: skip
         self.mesh = mesh
+        self.expert_mesh = expert_mesh
         self.timeout = timeout
+        self._gangs: dict[str, Gang] = {
+            "dp_replicate": rdp,
+            "dp_shard": sdp,
+            **{
+                name: getattr(self, name)
+                for name in GANG_NAMES
+                if name not in ALIASES or name in ("dp", "edp")
+            },
+        }
+        self._leases: list[Lease] = []
         self._closed = False
         if root.rank == 0:
             off = [name for name, gang in self.items() if gang.rank != 0]
@@ -72,14 +151,74 @@ class Gangs:
                     f"there is {', '.join(str(getattr(self, name).rank) for name in off)}"
                 )
 
+    @classmethod
+    def _of(
+        cls, root: Gang, plan: MeshTopology, built: mesh_build.Built, timeout: timedelta | None
+    ) -> Gangs:
+        g = built.gangs
+        gangs = cls(
+            root=root, dp=g["dp"], rdp=g["dp_replicate"], sdp=g["dp_shard"], tp=g["tp"],
+            pp=g["pp"], cp=g["cp"], ep=g["ep"], efsdp=g["efsdp"], etp=g["etp"], edp=g["edp"],
+            plan=plan, mesh=built.mesh, expert_mesh=built.expert_mesh, timeout=timeout,
+        )  # fmt: skip
+        gangs._gangs.update(g)
+        gangs._leases = built.leases
+        return gangs
+
+    def __getitem__(self, name: str) -> Gang:
+        """The gang of a dimension or alias: ``gangs["dp_shard"] is gangs.sdp``.
+
+        :raises ValueError: an unknown name, or one this Gangs was built without.
+        """
+        if name == "root":
+            return self.root
+        canonical = ALIASES[name][0] if name in ALIASES and len(ALIASES[name]) == 1 else name
+        gang = self._gangs.get(canonical)
+        if gang is None:
+            known = ", ".join(["root", *self._gangs, *(a for a in ALIASES if len(ALIASES[a]) == 1)])
+            raise ValueError(f"name: expected one of {known}, got {name!r}")
+        return gang
+
     def items(self) -> Iterator[tuple[str, Gang]]:
-        """(name, gang) for every parallel gang, root excluded."""
-        for name in ("dp", "rdp", "sdp", "tp", "pp", "cp"):
+        """(name, gang) for every parallel gang field, root excluded."""
+        for name in GANG_NAMES:
             yield name, getattr(self, name)
 
+    def communicators(self) -> list[CommunicatorInfo]:
+        """The communicators this process's gangs use, one per distinct group, root's included.
+
+        Gangs of size 1 have none. Closed gangs are left out.
+        """
+        found: dict[int, tuple[ProcessGroupGang, list[str]]] = {}
+        for name, gang in [("root", self.root), *self._gangs.items()]:
+            if isinstance(gang, ProcessGroupGang) and gang.size > 1 and gang._pg is not None:
+                group = gang.as_process_group()
+                found.setdefault(id(group), (gang, []))[1].append(name)
+        return sorted(
+            (
+                CommunicatorInfo(
+                    ranks=tuple(gang.global_ranks),
+                    gangs=tuple(names),
+                    backend=dist.get_backend(gang.as_process_group()),
+                    timeout=gang.timeout,
+                    created=created_by_gangmesh(gang.as_process_group()),
+                )
+                for gang, names in found.values()
+            ),
+            key=lambda info: (len(info.ranks), info.ranks),
+        )
+
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{name}={gang.size}" for name, gang in self.items())
-        return f"Gangs(root={self.root.size}, {sizes}, rank={self.root.rank})"
+        rank = self.root.rank
+        parts = [
+            f"{name} {gang.rank}/{gang.size} {_short(self.plan.group_of(rank, name))}"
+            for name, gang in self.items()
+            if gang.size > 1
+        ]
+        lone = [name for name, gang in self.items() if gang.size == 1]
+        if lone:
+            parts.append(f"size 1: {', '.join(lone)}")
+        return f"Gangs(rank {rank} of {self.root.size}: {'; '.join(parts)})"
 
     def __enter__(self) -> Gangs:
         _current_stack().append(self)
@@ -96,16 +235,15 @@ class Gangs:
             stack.pop()
 
     def close(self) -> None:
-        """Close every gang, the root last; later calls do nothing."""
+        """Close the gangs and groups these Gangs created; later calls do nothing.
+
+        The root gang, groups of a mesh given to :meth:`from_mesh`, and groups that
+        another Gangs still uses stay intact. Communicates with no peer.
+        """
         if self._closed:
             return
         self._closed = True
-        seen: set[int] = {id(self.root)}
-        for _, gang in self.items():
-            if id(gang) not in seen:
-                seen.add(id(gang))
-                gang.close()
-        self.root.close()
+        mesh_build.release(mesh_build.Built(self._gangs, leases=self._leases))
 
     @classmethod
     def from_mesh(
@@ -114,87 +252,56 @@ class Gangs:
         *,
         root: Gang | None = None,
         timeout: timedelta | None = None,
+        expert_mesh: DeviceMesh | None = None,
     ) -> Gangs:
-        """Wrap a DeviceMesh whose dimension names are among pp, dp_replicate,
-        dp_shard, cp, tp (or dp); missing dimensions become gangs of size 1.
+        """Wrap DeviceMeshes a user built; their groups are never destroyed by gangmesh.
 
-        ``root`` defaults to the default process group. The ``dp`` gang is the
-        mesh's "dp" dimension if it has one, else dp_replicate x dp_shard
-        flattened. Raises ValueError for unknown dimension names or a mesh
-        without names.
+        ``mesh`` has dimension names among pp, dp_replicate, dp_shard, cp and tp,
+        in any order (a single data dimension may be named "dp": fully sharded);
+        missing dimensions have size 1. ``expert_mesh`` (names among pp,
+        dp_replicate, efsdp, ep, etp) adds the expert gangs. Both must number
+        ranks row-major, as init_device_mesh does. The plan is derived once from
+        them. ``root`` defaults to the default process group; ``timeout`` (default:
+        the root's) is that of the flattened groups gangmesh creates.
+
+        :raises ValueError: unknown or missing dimension names, a mesh that does not
+            cover the root or is not numbered row-major, an expert mesh that does
+            not fit the dense one.
         """
         if not isinstance(mesh, DeviceMesh):
-            raise TypeError(f"mesh: expected a DeviceMesh, got {type(mesh).__name__}")
-        names = mesh.mesh_dim_names
-        if not names:
-            raise ValueError(f"mesh: expected dimension names among {DIM_NAMES}, got none")
-        unknown = [name for name in names if name not in (*DIM_NAMES, "dp")]
-        if unknown:
-            raise ValueError(
-                f"mesh: unknown dimension names {unknown}; expected names among "
-                f"{(*DIM_NAMES, 'dp')}"
+            raise InvalidTypeError(f"mesh: expected a DeviceMesh, got {type(mesh).__name__}")
+        if expert_mesh is not None and not isinstance(expert_mesh, DeviceMesh):
+            raise InvalidTypeError(
+                f"expert_mesh: expected a DeviceMesh or None, got {type(expert_mesh).__name__}"
             )
+        plan, groups = read_meshes(mesh, expert_mesh)
         device = _mesh_device(mesh)
         if root is None:
             world = dist.group.WORLD
             assert isinstance(world, dist.ProcessGroup)
-            root = ProcessGroupGang(world, device, name="root", timeout=timeout)
+            root = ProcessGroupGang(world, device, name="root")
         if root.size != mesh.size():
             raise ValueError(
                 f"mesh: expected a mesh over all {root.size} processes of root, got {mesh.size()}"
             )
-
-        def gang(dim: str) -> Gang:
-            if dim not in names:
-                return FakeGang(device)
-            return _mesh_gang(mesh.get_group(dim), device, dim, timeout)
-
-        dp: Gang
-        replicate: Gang
-        if "dp" in names:
-            dp = gang("dp")
-            shard, replicate = dp, FakeGang(device)  # one data dim: fully sharded
-        else:
-            shard, replicate = gang("dp_shard"), gang("dp_replicate")
-            dp = _flat_dp_gang(mesh, device, timeout) or (
-                shard if "dp_shard" in names else replicate
-            )
-        return cls(
-            root=root,
-            dp=dp,
-            rdp=replicate,
-            sdp=shard,
-            tp=gang("tp"),
-            pp=gang("pp"),
-            cp=gang("cp"),
-            mesh=mesh,
-            timeout=timeout,
-        )
-
-
-def _mesh_gang(
-    pg: dist.ProcessGroup, device: torch.device, name: str, timeout: timedelta | None
-) -> ProcessGroupGang:
-    return ProcessGroupGang(
-        pg, device, name=name, timeout=timeout, owns_group=pg is not dist.group.WORLD
-    )
-
-
-def _flat_dp_gang(
-    mesh: DeviceMesh, device: torch.device, timeout: timedelta | None
-) -> ProcessGroupGang | None:
-    """The gang of dp_replicate x dp_shard flattened, when the mesh has both."""
-    names = mesh.mesh_dim_names or ()
-    if "dp_replicate" not in names or "dp_shard" not in names:
-        return None
-    flat = mesh["dp_replicate", "dp_shard"]._flatten("dp")
-    return _mesh_gang(flat.get_group(), device, "dp", timeout)
+        if not isinstance(root, ProcessGroupGang):
+            raise InvalidTypeError(f"root: expected a ProcessGroupGang, got {root.describe()}")
+        timeout = _check_timeout(timeout) or root.timeout
+        built = mesh_build.wrap(root, plan, groups, timeout)
+        built.mesh, built.expert_mesh = mesh, expert_mesh
+        return cls._of(root, plan, built, timeout)
 
 
 def _mesh_device(mesh: DeviceMesh) -> torch.device:
     if mesh.device_type == "cuda":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device(mesh.device_type)
+
+
+def _check_timeout(timeout: object) -> timedelta | None:
+    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
+        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
+    return timeout
 
 
 def create_gangs(
@@ -205,24 +312,31 @@ def create_gangs(
     dp_shard: int = -1,
     cp: int = 1,
     tp: int = 1,
+    ep: int = 1,
+    etp: int = 1,
+    order: str | tuple[str, ...] | list[str] | None = None,
     timeout: timedelta | None = None,
 ) -> Gangs:
-    """Build every parallel gang of ``root_gang`` from one DeviceMesh.
+    """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
 
-    The mesh has dimensions (pp, dp_replicate, dp_shard, cp, tp), outermost
-    first, plus the flattened "dp" (dp_replicate x dp_shard) and, when cp > 1,
-    "dp_shard_cp". Exactly one size may be -1 (inferred). ``timeout`` (default:
-    the root gang's) is the timeout of every process group created.
+    The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
+    outermost first unless ``order`` says otherwise, plus the flattened "dp"
+    (dp_replicate x dp_shard) and "dp_shard_cp". Exactly one size may be -1
+    (inferred). With ``ep > 1`` an expert mesh ("pp", "dp_replicate", "efsdp",
+    "ep", "etp") lays the same processes out for expert layers. ``timeout``
+    (default: the root gang's) is the timeout of every group created; the root's
+    ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
+    members share one communicator; a dimension of size 1 has none.
 
-    With a FakeGang root of size N, returns FakeGangs with the ranks and sizes
-    of the plan, without torch.distributed.
+    Every process of the root gang calls it with the same arguments. With a
+    FakeGang root of size N it returns the FakeGangs of the plan instead.
 
-    Raises ValueError for sizes that do not multiply to ``root_gang.size`` or a
-    root gang that is not the default process group; GangError if a process
-    group cannot be created.
+    :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
+        the expert view broken, or a root gang that is not the default group's.
+    :raises GangError: a process group cannot be created.
     """
     if not isinstance(root_gang, Gang):
-        raise TypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
+        raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
     if root_gang.supports_process_group and (
         not isinstance(root_gang, ProcessGroupGang)
         or root_gang.as_process_group() is not dist.group.WORLD
@@ -232,55 +346,15 @@ def create_gangs(
             f"(size {dist.get_world_size()}), got {root_gang.describe()}"
         )
     plan = MeshTopology(
-        root_gang.size, pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp
-    )
-    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
+        root_gang.size, pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp,
+        ep=ep, etp=etp, order=order,
+    )  # fmt: skip
+    timeout = _check_timeout(timeout)
     if not isinstance(root_gang, ProcessGroupGang):
-        return simulated_gangs(root_gang, plan)
+        return Gangs._of(root_gang, plan, mesh_build.fake_gangs(root_gang, plan), timeout)
     timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
     log.info("Creating gangs %s", plan)
-    mesh = _build_mesh(root_gang, plan, timeout)
-    return Gangs.from_mesh(mesh, root=root_gang, timeout=timeout)
-
-
-def _build_mesh(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> DeviceMesh:
-    backend = dist.get_backend(root.as_process_group())
-    options = backend_options(backend, timeout, root.high_priority)
-    override: Any = None if options is None else (backend, options)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*flattened dim.*")
-            mesh = init_device_mesh(
-                root.device.type,
-                plan.shape,
-                mesh_dim_names=DIM_NAMES,
-                backend_override=None if override is None else dict.fromkeys(DIM_NAMES, override),
-            )
-            mesh["dp_replicate", "dp_shard"]._flatten("dp", backend_override=override)
-            if plan.dims["cp"] > 1:
-                mesh["dp_shard", "cp"]._flatten("dp_shard_cp", backend_override=override)
-    except RuntimeError as ex:
-        raise GangError(f"creating the device mesh {plan} failed: {ex}") from ex
-    return mesh
-
-
-def simulated_gangs(root_gang: Gang, plan: MeshTopology) -> Gangs:
-    """FakeGangs with the ranks and sizes ``plan`` gives the root gang's rank."""
-    rank = root_gang.rank
-
-    def gang(dim: str) -> FakeGang:
-        return FakeGang(root_gang.device, rank=plan.rank_in(rank, dim), size=plan.size_of(dim))
-
-    return Gangs(
-        root=root_gang,
-        dp=gang("dp"),
-        rdp=gang("dp_replicate"),
-        sdp=gang("dp_shard"),
-        tp=gang("tp"),
-        pp=gang("pp"),
-        cp=gang("cp"),
-    )
+    return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
 
 
 def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
@@ -290,7 +364,7 @@ def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
     [0,2,4,6] [1,3,5,7]. Data parallelism is replicated (rdp = dp, sdp of size
     1) until :func:`create_fsdp_gangs` splits it.
 
-    Raises ValueError if ``tp_size`` is not a positive factor of the root size.
+    :raises ValueError: ``tp_size`` is not a positive factor of the root size.
     """
     tp_size = check_positive("tp_size", tp_size)
     if root_gang.size % tp_size:
@@ -307,9 +381,10 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
     With it: sdp groups of ``intra_node_size`` consecutive dp ranks, rdp groups
     strided by it; for 8 processes and 4: sdp [0,1,2,3] [4,5,6,7], rdp [0,4]
     [1,5] [2,6] [3,7]. Works with any tp size, on gloo and NCCL. Returns new
-    Gangs over a new mesh; tp, pp and cp keep their layout.
+    Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
+    ``gangs`` where the members are the same.
 
-    Raises ValueError if ``intra_node_size`` does not divide ``gangs.dp.size``.
+    :raises ValueError: ``intra_node_size`` does not divide ``gangs.dp.size``.
     """
     dp_size = gangs.dp.size
     if intra_node_size is None:
@@ -321,13 +396,17 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
                 f"intra_node_size: expected a factor of gangs.dp.size ({dp_size}), got {shard}"
             )
         replicate = dp_size // shard
+    sizes = gangs.plan.sizes()
     return create_gangs(
         gangs.root,
-        pp=gangs.pp.size,
+        pp=sizes["pp"],
         dp_replicate=replicate,
         dp_shard=shard,
-        cp=gangs.cp.size,
-        tp=gangs.tp.size,
+        cp=sizes["cp"],
+        tp=sizes["tp"],
+        ep=sizes["ep"],
+        etp=sizes["etp"],
+        order=gangs.plan.order,
         timeout=gangs.timeout,
     )
 
@@ -335,7 +414,7 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
 def create_fake_gangs(device: torch.device) -> Gangs:
     """Gangs of one process (FakeGangs of size 1) on ``device``."""
     gang = FakeGang(device)
-    return Gangs(root=gang, dp=gang, rdp=gang, sdp=gang, tp=gang, pp=gang, cp=gang)
+    return Gangs(root=gang, dp=gang, rdp=gang, sdp=gang, tp=gang, pp=gang)
 
 
 _local = threading.local()
@@ -352,6 +431,12 @@ def maybe_get_current_gangs() -> Gangs | None:
     """The innermost Gangs entered with ``with gangs:`` in this thread, or None."""
     stack = _current_stack()
     return stack[-1] if stack else None
+
+
+def _short(group: list[int], limit: int = 8) -> str:
+    if len(group) <= limit:
+        return "[" + ",".join(map(str, group)) + "]"
+    return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"
 
 
 setup_parallel_gangs = create_parallel_gangs

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from gangmesh._checks import InvalidTypeError
 from gangmesh.gang import Gang, ReduceOperation
 
 
@@ -19,7 +20,11 @@ def broadcast_flag(gang: Gang, flag: bool, source_rank: int = 0) -> bool:
     >>> from gangmesh import FakeGang
     >>> broadcast_flag(FakeGang(torch.device("cpu")), True)
     True
+
+    :raises TypeError: ``flag`` is not a bool (or an int used as one).
     """
+    if not isinstance(flag, (bool, int)):
+        raise InvalidTypeError(f"flag: expected a bool, got {flag!r}")
     tensor = torch.tensor(bool(flag), device=gang.device)
     gang.broadcast(tensor, source_rank)
     return bool(tensor.item())
@@ -32,7 +37,11 @@ def all_sum(gang: Gang, value: float | int | Tensor) -> Tensor:
     >>> from gangmesh import FakeGang
     >>> all_sum(FakeGang(torch.device("cpu"), size=4), 2.5)
     tensor(10.)
+
+    :raises TypeError: ``value`` is neither a real number nor a real tensor.
     """
+    if not _is_number(value) and not (isinstance(value, Tensor) and not value.is_complex()):
+        raise InvalidTypeError(f"value: expected a real number or tensor, got {value!r}")
     tensor = torch.as_tensor(value, device=gang.device).clone()
     gang.all_reduce(tensor, ReduceOperation.SUM)
     return tensor
@@ -45,33 +54,54 @@ def all_reduce_dict(
 
     Every process passes the same keys with values of the same shapes. The values
     travel in one float64 buffer (exact for integers up to 2**53) and come back
-    with their original types, devices, dtypes and shapes. Raises TypeError for
-    values that are neither real numbers nor real tensors.
+    with their original types, devices, dtypes and shapes, except that MEAN turns
+    integers into floats (float64 for integer tensors), as a mean need not be whole.
+
+    >>> import torch
+    >>> from gangmesh import FakeGang
+    >>> all_reduce_dict(FakeGang(torch.device("cpu"), size=4), {"tokens": 3, "loss": 0.5})
+    {'tokens': 12, 'loss': 2.0}
+
+    :raises TypeError: ``data`` is not a mapping, or a value is neither a real
+        number nor a real tensor.
     """
     if not isinstance(data, Mapping):
-        raise TypeError(f"data: expected a mapping of str to numbers or tensors, got {data!r}")
+        raise InvalidTypeError(
+            f"data: expected a mapping of str to numbers or tensors, got {data!r}"
+        )
     flat_values = []
     for key, value in data.items():
         if isinstance(value, Tensor) and not value.is_complex():
             flat_values.append(value.detach().reshape(-1).to(gang.device, torch.float64))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif _is_number(value):
             flat_values.append(torch.tensor([value], dtype=torch.float64, device=gang.device))
         else:
-            raise TypeError(f"data[{key!r}]: expected a real number or tensor, got {value!r}")
+            raise InvalidTypeError(
+                f"data[{key!r}]: expected a real number or tensor, got {value!r}"
+            )
     if not flat_values:
         return {}
     buffer = torch.cat(flat_values)
     gang.all_reduce(buffer, op)
+    mean = op is ReduceOperation.MEAN
     result: dict[str, Any] = {}
     offset = 0
     for (key, value), flat in zip(data.items(), flat_values, strict=True):
         reduced = buffer[offset : offset + flat.numel()]
         offset += flat.numel()
         if isinstance(value, Tensor):
-            result[key] = reduced.view(value.shape).to(value.device, value.dtype)
+            exact = value.is_floating_point() or not mean
+            result[key] = reduced.view(value.shape).to(
+                value.device, value.dtype if exact else torch.float64
+            )
         else:
-            result[key] = type(value)(reduced.item())
+            result[key] = float(reduced.item()) if mean else type(value)(reduced.item())
     return result
+
+
+def _is_number(value: object) -> bool:
+    """A real Python number, bools excluded."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def all_gather_objects(gang: Gang, obj: Any) -> list[Any]:

@@ -6,10 +6,16 @@ import json
 from html import escape
 from typing import Any
 
-from gangmesh.topology import DIM_NAMES, LocalityFinding, MeshTopology
+from gangmesh.locality import LocalityFinding
+from gangmesh.topology import EXPERT_DIMS, MeshTopology
 
-SHOWN_DIMS: tuple[str, ...] = (*DIM_NAMES, "dp")
-"""Dimensions listed by the table and JSON: the mesh dims and the flattened dp."""
+
+def shown_dims(plan: MeshTopology) -> tuple[str, ...]:
+    """The dimensions the table and JSON list: the mesh's, dp, and the expert ones if any."""
+    flattened = ("dp", "dp_shard_cp") if plan.size_of("cp") > 1 else ("dp",)
+    expert = (*EXPERT_DIMS, "edp") if plan.expert_dims is not None else ()
+    return (*plan.order, *flattened, *expert)
+
 
 SVG_MAX_RANKS = 1024
 """Largest world an SVG picture is drawn for."""
@@ -23,9 +29,9 @@ def plan_table(
     first: int = 4,
 ) -> str:
     """A readable summary: sizes, group counts, the first groups, locality findings."""
-    lines = [f"world size {plan.world_size}" + _node_text(plan, ranks_per_node)]
+    lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
-    for dim in SHOWN_DIMS:
+    for dim in shown_dims(plan):
         groups = plan.groups(dim)
         shown = " ".join(_short(g) for g in groups[:first].tolist())
         more = " ..." if len(groups) > first else ""
@@ -33,7 +39,7 @@ def plan_table(
     if rank is not None:
         coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(rank).items())
         lines.append(f"rank {rank}: {coordinate}")
-        for dim in SHOWN_DIMS:
+        for dim in shown_dims(plan):
             lines.append(
                 f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {_short(plan.group_of(rank, dim))}"
             )
@@ -48,8 +54,10 @@ def plan_json(
     """Every group of every dimension, the findings and the given rank, as JSON."""
     document: dict[str, Any] = {
         "world_size": plan.world_size,
+        "order": list(plan.order),
         "dims": plan.dims,
-        "groups": {dim: plan.groups(dim).tolist() for dim in SHOWN_DIMS},
+        "expert_dims": plan.expert_dims,
+        "groups": {dim: plan.groups(dim).tolist() for dim in shown_dims(plan)},
     }
     if ranks_per_node is not None:
         document["ranks_per_node"] = ranks_per_node
@@ -61,7 +69,7 @@ def plan_json(
         document["rank"] = {
             "rank": rank,
             "coordinate": plan.coordinate(rank),
-            "groups": {dim: plan.group_of(rank, dim) for dim in SHOWN_DIMS},
+            "groups": {dim: plan.group_of(rank, dim) for dim in shown_dims(plan)},
         }
     return json.dumps(document) + "\n"
 

@@ -13,7 +13,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.gang import FakeGang, Gang, ProcessGroupGang, backend_for
+from gangmesh.fake_gang import FakeGang
+from gangmesh.gang import Gang
+from gangmesh.process_group_gang import ProcessGroupGang, backend_for
 
 log = logging.getLogger("gangmesh")
 

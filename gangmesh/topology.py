@@ -1,50 +1,86 @@
 """Plan a parallel layout without processes: which ranks form which gang.
 
-Dimensions, outermost (slowest-varying) to innermost: pp, dp_replicate,
-dp_shard, cp, tp. A rank is the row-major index of its coordinate in a mesh of
-that shape, so inner dimensions hold adjacent ranks and stay on one node first.
-This module uses numpy only; nothing here starts or needs a process group.
+The dense view has the dimensions pp, dp_replicate, dp_shard, cp and tp, outermost
+(slowest-varying) first by default; ``order`` permutes them. A rank is the row-major
+index of its coordinate, so inner dimensions hold adjacent ranks and stay on one node
+first. With expert parallelism (``ep > 1``) the same ranks also form an expert view:
+pp and dp_replicate where the dense view has them, then efsdp, ep and etp.
+
+This module uses numpy only; nothing here imports torch or starts a process.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gangmesh._validate import check_int, check_positive, is_int
+from gangmesh._checks import check_int, check_positive, is_int
 
-DIM_NAMES: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-"""Mesh dimension names, outermost first."""
+if TYPE_CHECKING:
+    from gangmesh.locality import LocalityFinding
+
+DENSE_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+"""Dense dimension names in the default order, outermost first."""
+
+DIM_NAMES = DENSE_DIMS
+"""The dense dimension names (the name older code uses)."""
+
+SHARED_DIMS: tuple[str, ...] = ("pp", "dp_replicate")
+"""Dimensions the expert view shares with the dense view, ranks and all."""
+
+EXPERT_DIMS: tuple[str, ...] = ("efsdp", "ep", "etp")
+"""Expert dimension names, outermost first; the expert view puts SHARED_DIMS outside them."""
+
+FLATTENED: dict[str, tuple[str, ...]] = {
+    "dp": ("dp_replicate", "dp_shard"),
+    "dp_shard_cp": ("dp_shard", "cp"),
+    "edp": ("dp_replicate", "efsdp"),
+}
+"""Flattened dimensions: a name for several dimensions taken together, in mesh order."""
 
 ALIASES: dict[str, tuple[str, ...]] = {
-    "dp": ("dp_replicate", "dp_shard"),
+    **FLATTENED,
     "rdp": ("dp_replicate",),
     "sdp": ("dp_shard",),
-    "dp_shard_cp": ("dp_shard", "cp"),
 }
-"""Names of flattened dimensions (and of gangs named after one dimension)."""
+"""Every name that stands for other dimensions: flattened ones and fairseq2's short names."""
+
+GANG_NAMES: tuple[str, ...] = ("dp", "rdp", "sdp", "tp", "pp", "cp", "ep", "efsdp", "etp", "edp")
+"""The parallel gangs of a job (the fields of Gangs besides root), each a dimension or alias."""
+
+MEGATRON_NAMES: dict[str, str] = {"pp": "pp", "dp_replicate": "dp", "dp_shard": "dp", "cp": "cp"}
+"""How Megatron-Core names each dense dimension in its order strings (tp keeps its name)."""
 
 
 @dataclass(frozen=True)
-class LocalityFinding:
-    """A gang that crosses node boundaries where it should stay on one node."""
+class View:
+    """One way of laying the world out: dimension names and sizes, outermost first."""
 
-    dim: str
-    group: list[int]
-    nodes: list[int]
-    message: str
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
 
-    def __str__(self) -> str:
-        return self.message
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Rank distance between neighbours along each dimension."""
+        return tuple(math.prod(self.sizes[i + 1 :]) for i in range(len(self.sizes)))
+
+    def size(self, name: str) -> int:
+        return self.sizes[self.names.index(name)]
+
+    def stride(self, name: str) -> int:
+        return self.strides[self.names.index(name)]
 
 
 class MeshTopology:
     """The rank layout of a job with named parallel dimensions.
 
-    Exactly one size may be -1; it is inferred from ``world_size``.
+    Exactly one dense size may be -1; it is inferred from ``world_size``. ``order``
+    is a permutation of the dense names, outermost first (a sequence, or a string
+    such as ``"tp,pp,dp_replicate,dp_shard,cp"``).
 
     >>> plan = MeshTopology(8, tp=2)
     >>> plan.dims
@@ -53,9 +89,15 @@ class MeshTopology:
     [[0, 1], [2, 3], [4, 5], [6, 7]]
     >>> plan.group_of(5, "dp")
     [1, 3, 5, 7]
+    >>> moe = MeshTopology(8, dp_shard=4, tp=2, ep=4)
+    >>> moe.expert_dims
+    {'pp': 1, 'dp_replicate': 1, 'efsdp': 2, 'ep': 4, 'etp': 1}
+    >>> moe.groups("ep").tolist()
+    [[0, 1, 2, 3], [4, 5, 6, 7]]
 
-    Raises ValueError naming the dimensions, sizes and world size when the
-    sizes are not positive or their product is not ``world_size``.
+    Raises ValueError naming the dimensions, sizes and world size when the sizes
+    are not positive or their product is not ``world_size``, and naming the rule
+    when ``ep``, ``etp`` or ``order`` break one.
     """
 
     def __init__(
@@ -67,24 +109,35 @@ class MeshTopology:
         dp_shard: int = -1,
         cp: int = 1,
         tp: int = 1,
+        ep: int = 1,
+        etp: int = 1,
+        order: Sequence[str] | str | None = None,
     ) -> None:
         self._world_size = check_positive("world_size", world_size)
-        sizes = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
-        self._dims = _resolve_sizes(self._world_size, sizes)
-        self._shape = tuple(self._dims.values())
-        self._strides = tuple(math.prod(self._shape[i + 1 :]) for i in range(len(self._shape)))
+        self._order = _check_order(order)
+        given = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
+        sizes = _resolve_sizes(self._world_size, given)
+        self._dense = View(self._order, tuple(sizes[name] for name in self._order))
+        self._expert = _expert_view(
+            self._dense, check_positive("ep", ep), check_positive("etp", etp)
+        )
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{name}={size}" for name, size in self._dims.items())
-        return f"MeshTopology({self._world_size}, {sizes})"
+        sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
+        order = "" if self._order == DENSE_DIMS else f", order={','.join(self._order)!r}"
+        return f"MeshTopology({self._world_size}, {sizes}{order})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeshTopology):
             return NotImplemented
-        return self._world_size == other._world_size and self._dims == other._dims
+        return (self._world_size, self._dense, self._expert) == (
+            other._world_size,
+            other._dense,
+            other._expert,
+        )
 
     def __hash__(self) -> int:
-        return hash((self._world_size, self._shape))
+        return hash((self._world_size, self._dense, self._expert))
 
     @property
     def world_size(self) -> int:
@@ -92,37 +145,65 @@ class MeshTopology:
         return self._world_size
 
     @property
+    def order(self) -> tuple[str, ...]:
+        """The dense dimension names, outermost first."""
+        return self._order
+
+    @property
     def dims(self) -> dict[str, int]:
-        """Dimension name -> size, outermost first."""
-        return dict(self._dims)
+        """Dense dimension name -> size, outermost first."""
+        return dict(zip(self._dense.names, self._dense.sizes, strict=True))
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """Sizes in dimension order, the mesh shape for init_device_mesh."""
-        return self._shape
+        """Dense sizes in mesh order, the shape of the dense DeviceMesh."""
+        return self._dense.sizes
+
+    @property
+    def expert_dims(self) -> dict[str, int] | None:
+        """Expert view name -> size, outermost first; None without expert parallelism."""
+        if self._expert is None:
+            return None
+        return dict(zip(self._expert.names, self._expert.sizes, strict=True))
+
+    @property
+    def expert_shape(self) -> tuple[int, ...] | None:
+        """Sizes of the expert view, the shape of the expert DeviceMesh; None if ep = 1."""
+        return None if self._expert is None else self._expert.sizes
+
+    def sizes(self) -> dict[str, int]:
+        """Every size the layout was built from: the five dense ones, then ep and etp."""
+        dense = {name: self._dense.size(name) for name in DENSE_DIMS}
+        return {**dense, "ep": self.size_of("ep"), "etp": self.size_of("etp")}
+
+    def megatron_order(self) -> str:
+        """The order as Megatron-Core writes it: innermost first, dashes, ep beside dp.
+
+        >>> MeshTopology(8, tp=2).megatron_order()
+        'tp-cp-ep-dp-pp'
+        """
+        names: list[str] = []
+        for dim in reversed(self._order):
+            name = MEGATRON_NAMES.get(dim, dim)
+            if name == "dp" and "dp" in names:
+                continue
+            names.extend(["ep", "dp"] if name == "dp" else [name])
+        return "-".join(names)
 
     def resolve(self, dim: str | tuple[str, ...]) -> tuple[str, ...]:
-        """The mesh dimensions behind a name, alias or tuple of names, outermost first.
+        """The dimensions behind a name, alias or tuple of names, outermost first.
 
-        Raises ValueError for unknown names, repeats or names out of mesh order.
+        Raises ValueError for unknown names, repeats, names out of mesh order or
+        names of the dense and the expert view together.
         """
-        names = ALIASES.get(dim, (dim,)) if isinstance(dim, str) else tuple(dim)
-        if not names:
-            raise ValueError("dim: expected at least one dimension name, got ()")
-        for name in names:
-            if name not in self._dims:
-                known = ", ".join([*DIM_NAMES, *ALIASES])
-                raise ValueError(f"dim: unknown dimension {name!r}; expected one of {known}")
-        order = [DIM_NAMES.index(name) for name in names]
-        if order != sorted(set(order)):
-            raise ValueError(
-                f"dim: expected distinct dimensions in mesh order {DIM_NAMES}, got {names}"
-            )
-        return names
+        return self._view_of(dim)[1]
 
     def size_of(self, dim: str | tuple[str, ...]) -> int:
-        """Size of a dimension or of several flattened together."""
-        return math.prod(self._dims[name] for name in self.resolve(dim))
+        """Size of a dimension, or of several flattened together."""
+        view, names = self._view_of(dim)
+        if view is None:
+            return 1
+        return math.prod(view.size(name) for name in names)
 
     def groups(self, dim: str | tuple[str, ...]) -> np.ndarray:
         """Every group along ``dim``: an int64 array ``[n_groups, group_size]``.
@@ -130,104 +211,116 @@ class MeshTopology:
         Row i is the i-th group in row-major order of the other dimensions;
         within a row, ranks follow the coordinate along ``dim``.
         """
-        names = self.resolve(dim)
-        inner = [DIM_NAMES.index(name) for name in names]
-        outer = [i for i in range(len(DIM_NAMES)) if i not in inner]
-        mesh = np.arange(self._world_size, dtype=np.int64).reshape(self._shape)
-        groups: np.ndarray = mesh.transpose(outer + inner).reshape(-1, self.size_of(names))
+        view, names = self._view_of(dim)
+        ranks = np.arange(self._world_size, dtype=np.int64)
+        if view is None:
+            return ranks.reshape(-1, 1)
+        inner = [view.names.index(name) for name in names]
+        outer = [i for i in range(len(view.names)) if i not in inner]
+        grid = ranks.reshape(view.sizes)
+        groups: np.ndarray = grid.transpose(outer + inner).reshape(-1, self.size_of(dim))
         return groups
 
     def group_of(self, rank: int, dim: str | tuple[str, ...]) -> list[int]:
         """The group along ``dim`` that holds ``rank``, in O(number of dims) work."""
-        coordinate = self._coordinate(self._check_rank(rank))
-        names = self.resolve(dim)
-        base = rank - sum(coordinate[n] * self._stride(n) for n in names)
+        rank = self._check_rank(rank)
+        view, names = self._view_of(dim)
+        if view is None:
+            return [rank]
+        coordinate = _coordinate(view, rank)
+        base = rank - sum(coordinate[name] * view.stride(name) for name in names)
         offsets = np.zeros(1, dtype=np.int64)
         for name in names:
-            steps = np.arange(self._dims[name], dtype=np.int64) * self._stride(name)
+            steps = np.arange(view.size(name), dtype=np.int64) * view.stride(name)
             offsets = (offsets[:, None] + steps[None, :]).reshape(-1)
         return (base + offsets).tolist()  # type: ignore[no-any-return]
 
     def rank_in(self, rank: int, dim: str | tuple[str, ...]) -> int:
         """The rank of process ``rank`` inside its group along ``dim``."""
-        coordinate = self._coordinate(self._check_rank(rank))
+        rank = self._check_rank(rank)
+        view, names = self._view_of(dim)
+        if view is None:
+            return 0
+        coordinate = _coordinate(view, rank)
         index = 0
-        for name in self.resolve(dim):
-            index = index * self._dims[name] + coordinate[name]
+        for name in names:
+            index = index * view.size(name) + coordinate[name]
         return index
 
     def coordinate(self, rank: int) -> dict[str, int]:
-        """The coordinate of ``rank`` along each dimension."""
-        return self._coordinate(self._check_rank(rank))
+        """The coordinate of ``rank`` along each dense dimension, then each expert one."""
+        rank = self._check_rank(rank)
+        coordinate = _coordinate(self._dense, rank)
+        if self._expert is not None:
+            expert = _coordinate(self._expert, rank)
+            coordinate.update({name: expert[name] for name in EXPERT_DIMS})
+        return coordinate
 
     def rank_of(self, **coordinate: int) -> int:
-        """The rank at a coordinate; omitted dimensions count as 0.
+        """The rank at a coordinate of one view; omitted dimensions count as 0.
 
-        Raises ValueError for unknown dimensions or coordinates out of range.
+        Raises ValueError for unknown dimensions, coordinates out of range, or
+        dense-only and expert-only dimensions in one call.
         """
+        expert = [name for name in coordinate if name in EXPERT_DIMS]
+        view = self._expert if expert else self._dense
+        if view is None:
+            raise ValueError(f"{expert[0]}: unknown dimension without expert parallelism (ep=1)")
         rank = 0
         for name, value in coordinate.items():
-            if name not in self._dims:
-                raise ValueError(f"{name}: unknown dimension; expected one of {DIM_NAMES}")
-            size = self._dims[name]
+            if name not in view.names:
+                which = "expert" if expert else "dense"
+                raise ValueError(
+                    f"{name}: unknown dimension in the {which} view; expected one of {view.names}"
+                )
+            size = view.size(name)
             position = check_int(name, value)
             if not 0 <= position < size:
                 raise ValueError(f"{name}: expected a coordinate in [0, {size}), got {position}")
-            rank += position * self._stride(name)
+            rank += position * view.stride(name)
         return rank
 
     def check_locality(self, ranks_per_node: int) -> list[LocalityFinding]:
         """Gangs that cross nodes where they should not; empty when all is node-local.
 
-        Nodes hold ``ranks_per_node`` consecutive ranks. tp, then cp, then
-        dp_shard should stay on one node whenever they and the dimensions inside
-        them fit in one; with HSDP (dp_replicate > 1) sharding should never cross
-        nodes, since rdp is the gang meant to.
+        See :func:`gangmesh.locality.find_crossings` for the rules.
         """
-        per_node = check_positive("ranks_per_node", ranks_per_node)
-        findings = []
-        inner = 1
-        for name in ("tp", "cp", "dp_shard"):
-            size = self._dims[name]
-            inner *= size
-            if size == 1:
-                continue
-            fits = inner <= per_node
-            hsdp = name == "dp_shard" and self._dims["dp_replicate"] > 1
-            if not (fits or hsdp or name == "tp"):
-                continue
-            finding = self._crossing(name, per_node, fits, hsdp)
-            if finding is not None:
-                findings.append(finding)
-        return findings
+        from gangmesh.locality import find_crossings
 
-    def _crossing(self, name: str, per_node: int, fits: bool, hsdp: bool) -> LocalityFinding | None:
-        nodes = self.groups(name) // per_node
-        spans = nodes.min(axis=1) != nodes.max(axis=1)
-        if not spans.any():
-            return None
-        index = int(np.argmax(spans))
-        group = self.groups(name)[index].tolist()
-        group_nodes = sorted(set(nodes[index].tolist()))
-        count = int(spans.sum())
-        if fits:
-            why = f"it fits in a node of {per_node} ranks but is not aligned to node boundaries"
-        elif name == "tp":
-            why = f"tp={self._dims['tp']} is larger than a node of {per_node} ranks"
-        else:
-            why = (
-                f"with HSDP (dp_replicate={self._dims['dp_replicate']}) sharding should stay "
-                f"inside a node of {per_node} ranks; dp_shard*cp*tp = "
-                f"{self.size_of(('dp_shard', 'cp', 'tp'))}"
+        return find_crossings(self, ranks_per_node)
+
+    def view(self, expert: bool = False) -> View | None:
+        """The dense view, or the expert view (None when ep = 1)."""
+        return self._expert if expert else self._dense
+
+    def _view_of(self, dim: str | tuple[str, ...]) -> tuple[View | None, tuple[str, ...]]:
+        """The view a name or tuple lives in (None: an expert name with ep = 1), and its dims."""
+        names = ALIASES.get(dim, (dim,)) if isinstance(dim, str) else tuple(dim)
+        if not names:
+            raise ValueError("dim: expected at least one dimension name, got ()")
+        known = (*DENSE_DIMS, *EXPERT_DIMS)
+        for name in names:
+            if name not in known:
+                every = ", ".join([*known, *ALIASES])
+                raise ValueError(f"dim: unknown dimension {name!r}; expected one of {every}")
+        expert = [name for name in names if name in EXPERT_DIMS]
+        if expert and any(name not in (*EXPERT_DIMS, *SHARED_DIMS) for name in names):
+            raise ValueError(
+                f"dim: {names} mixes dense-only and expert dimensions; a group lives in one "
+                f"view: {DENSE_DIMS} or {(*SHARED_DIMS, *EXPERT_DIMS)}"
             )
-        message = (
-            f"{name}: {count} of {len(spans)} groups span nodes, e.g. {_short(group)} on "
-            f"nodes {group_nodes}; {why}"
-        )
-        return LocalityFinding(name, group, group_nodes, message)
-
-    def _stride(self, name: str) -> int:
-        return self._strides[DIM_NAMES.index(name)]
+        if expert and self._expert is None:
+            return None, names
+        view = self._expert if expert else self._dense
+        assert view is not None
+        if isinstance(dim, str):
+            names = tuple(sorted(names, key=view.names.index))
+        positions = [view.names.index(name) for name in names]
+        if positions != sorted(set(positions)):
+            raise ValueError(
+                f"dim: expected distinct dimensions in mesh order {view.names}, got {names}"
+            )
+        return view, names
 
     def _check_rank(self, rank: int) -> int:
         value = check_int("rank", rank)
@@ -235,15 +328,65 @@ class MeshTopology:
             raise ValueError(f"rank: expected a rank in [0, {self._world_size}), got {value}")
         return value
 
-    def _coordinate(self, rank: int) -> dict[str, int]:
-        return {
-            name: (rank // stride) % size
-            for (name, size), stride in zip(self._dims.items(), self._strides, strict=True)
-        }
+
+def _coordinate(view: View, rank: int) -> dict[str, int]:
+    return {
+        name: (rank // stride) % size
+        for name, size, stride in zip(view.names, view.sizes, view.strides, strict=True)
+    }
+
+
+def _check_order(order: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The dense order as a tuple; ValueError unless it is a permutation of DENSE_DIMS."""
+    if order is None:
+        return DENSE_DIMS
+    names = tuple(order.split(",")) if isinstance(order, str) else tuple(order)
+    names = tuple(name.strip() if isinstance(name, str) else name for name in names)
+    if sorted(map(str, names)) != sorted(DENSE_DIMS) or len(set(names)) != len(names):
+        raise ValueError(
+            f"order: expected each of {', '.join(DENSE_DIMS)} once, outermost first, got {order!r}"
+        )
+    return names
+
+
+def _expert_view(dense: View, ep: int, etp: int) -> View | None:
+    """The expert view of a dense layout, checked against the rules; None when ep = 1."""
+    tp = dense.size("tp")
+    if ep == 1:
+        if etp != 1:
+            raise ValueError(f"etp: expected 1 without expert parallelism (ep=1), got {etp}")
+        return None
+    if etp not in (1, tp):
+        raise ValueError(
+            f"etp: expected 1 (experts also borrow the tp ranks) or tp={tp} (experts keep "
+            f"the dense tensor parallelism), got {etp}"
+        )
+    if set(dense.names[:2]) != set(SHARED_DIMS):
+        raise ValueError(
+            f"order: with ep={ep} > 1, pp and dp_replicate must be the two outermost "
+            f"dimensions (dense and expert layers share pipeline stages and replicas); "
+            f"got {','.join(dense.names)}"
+        )
+    if etp > 1 and dense.names[-1] != "tp":
+        raise ValueError(
+            f"order: with etp = tp = {tp}, tp must be the innermost dimension (expert and "
+            f"dense layers share the tp groups); got {','.join(dense.names)}"
+        )
+    borrowed_dims = ("dp_shard", "cp", "tp") if etp == 1 else ("dp_shard", "cp")
+    borrowed = math.prod(dense.size(name) for name in borrowed_dims)
+    if borrowed % ep:
+        terms = " * ".join(f"{name}={dense.size(name)}" for name in borrowed_dims)
+        raise ValueError(
+            f"ep: expected a factor of the ranks expert parallelism borrows, {terms} = "
+            f"{borrowed} (etp={etp}), got ep={ep}"
+        )
+    outer = dense.names[:2]
+    sizes = (dense.size(outer[0]), dense.size(outer[1]), borrowed // ep, ep, etp)
+    return View((*outer, *EXPERT_DIMS), sizes)
 
 
 def _resolve_sizes(world_size: int, sizes: Mapping[str, object]) -> dict[str, int]:
-    """Check the sizes and infer the one given as -1."""
+    """Check the sizes and infer the one given as -1; errors name the sizes set above 1."""
     for name, size in sizes.items():
         if not is_int(size):
             raise ValueError(f"{name}: expected a positive int or -1, got {size!r}")
@@ -251,33 +394,35 @@ def _resolve_sizes(world_size: int, sizes: Mapping[str, object]) -> dict[str, in
             raise ValueError(f"{name}: expected a positive int or -1, got {size}")
     checked = {name: int(size) for name, size in sizes.items()}  # type: ignore[call-overload]
     inferred = [name for name, size in checked.items() if size == -1]
+    default = " (dp_shard is -1 by default)" if "dp_shard" in inferred else ""
     if len(inferred) > 1:
         raise ValueError(
-            f"{' and '.join(inferred)}: at most one size may be -1 (inferred); got "
-            f"{' * '.join(checked)} = {_product_text(checked)}"
+            f"{' and '.join(inferred)}: at most one size may be -1 (inferred), got "
+            f"{_product_text(checked)}{default}"
         )
     known = math.prod(size for size in checked.values() if size != -1)
+    named = {name: size for name, size in checked.items() if size > 1}
+    subject = ", ".join(named) or "sizes"
     if inferred:
-        others = {name: size for name, size in checked.items() if size != -1}
         if world_size % known:
             raise ValueError(
-                f"{inferred[0]}: cannot infer its size: {' * '.join(others)} = "
-                f"{_product_text(others)} = {known} does not divide world_size {world_size}"
+                f"{subject}: {_product_text(named)} does not divide world_size "
+                f"{world_size}, so {inferred[0]} cannot infer its size{default}"
             )
         checked[inferred[0]] = world_size // known
     elif known != world_size:
         raise ValueError(
-            f"{' * '.join(checked)} = {_product_text(checked)} = {known}, "
-            f"but world_size is {world_size}"
+            f"{subject}: {_product_text(named) or 'every size is 1'}, but world_size "
+            f"is {world_size}"
         )
     return checked
 
 
 def _product_text(sizes: dict[str, int]) -> str:
-    return " * ".join(str(size) for size in sizes.values())
-
-
-def _short(group: list[int], limit: int = 8) -> str:
-    if len(group) <= limit:
-        return str(group)
-    return "[" + ", ".join(map(str, group[:limit])) + f", ... ({len(group)} ranks)]"
+    """``"tp=2"``, or ``"dp_shard=3 * tp=2 = 6"``."""
+    text = " * ".join(f"{name}={size}" for name, size in sizes.items())
+    return (
+        f"{text} = {math.prod(sizes.values())}"
+        if len(sizes) > 1 and -1 not in sizes.values()
+        else text
+    )

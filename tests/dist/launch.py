@@ -78,6 +78,15 @@ def torchrun(
     return run_command(cmd, timeout=timeout, env=env)
 
 
+def every_rank_results(script: str, world: int, out: Path, timeout: float = 180) -> dict[int, dict]:
+    """Run a worker script under torchrun; the JSON results of every rank, which must all exit 0."""
+    run = torchrun(script, world, str(out), timeout=timeout)
+    assert run.returncode == 0, run.output
+    found = run.results(out)
+    assert sorted(found) == list(range(world)), run.output
+    return found
+
+
 def _kill_session(pid: int) -> None:
     """Kill whatever the launched session left behind."""
     try:

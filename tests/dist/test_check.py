@@ -38,6 +38,7 @@ def test_no_arguments_checks_four_local_processes(tmp_path):
     assert summary["failures"] == []
     assert summary["gangs"]["dp"]["pass"] and summary["gangs"]["dp"]["size"] == 4
     assert set(summary["gangs"]["root"]["sizes"]) == {"8", "65536"}
+    assert summary["communicators_per_process"] == [1, 1, 1, 1]  # dp = sdp = the root's group
 
 
 def test_eight_processes_with_tensor_and_pipeline_parallel(tmp_path):
@@ -48,17 +49,32 @@ def test_eight_processes_with_tensor_and_pipeline_parallel(tmp_path):
     gangs = json.loads(report.read_text())["gangs"]
     assert {name: (g["size"], g["groups"]) for name, g in gangs.items()} == {
         "root": (8, 1), "pp": (2, 4), "dp": (2, 4), "rdp": (1, 8),
-        "sdp": (2, 4), "cp": (1, 8), "tp": (2, 4),
+        "sdp": (2, 4), "cp": (1, 8), "tp": (2, 4), "ep": (1, 8), "efsdp": (1, 8),
+        "etp": (1, 8), "edp": (1, 8),
     }  # fmt: skip
     assert all(g["pass"] for g in gangs.values())
     assert "tp        2       4  pass" in run.output
+
+
+def test_expert_parallel_gangs_are_checked_with_all_to_all(tmp_path):
+    report = tmp_path / "check.json"
+    run = check("--nproc", "8", "--tp", "2", "--ep", "4", "--json", str(report),
+                "--sizes", "8", "--iters", "2")  # fmt: skip
+    assert run.returncode == 0, run.output
+    summary = json.loads(report.read_text())
+    assert {name: summary["gangs"][name]["size"] for name in ("ep", "efsdp", "etp", "edp")} == {
+        "ep": 4, "efsdp": 2, "etp": 1, "edp": 2,
+    }  # fmt: skip
+    # root, tp [0,1], dp = sdp [0,2,4,6], ep [0,1,2,3], efsdp = edp [0,4]
+    assert summary["communicators_per_process"] == [5] * 8
+    assert "PASSED" in run.output
 
 
 def test_an_impossible_layout_is_one_line_and_exit_code_2():
     run = check("--nproc", "6", "--tp", "4", timeout=60)
     assert run.returncode == 2
     assert run.output.strip().count("\n") == 0
-    assert run.output.startswith("gangmesh check: error: dp_shard: cannot infer its size")
+    assert run.output.startswith("gangmesh check: error: tp: tp=4 does not divide world_size 6, so dp_shard cannot infer its size")
 
 
 def test_a_process_that_dies_is_reported_within_the_timeout(tmp_path):
@@ -80,5 +96,5 @@ def test_under_torchrun_each_process_takes_part_as_its_rank():
         timeout=180,
     )  # fmt: skip
     assert run.returncode == 0, run.output
-    assert "gangmesh check: 4 processes on cpu, pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2" in run.output
+    assert "gangmesh check: 4 processes on cpu, pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2, ep=1, etp=1" in run.output
     assert "PASSED: every gang of 4 processes matches the plan" in run.output

@@ -49,6 +49,19 @@ def test_a_monitored_barrier_names_every_absent_rank(tmp_path):
     assert run.returncode == 0, run.output
     error = results[0]["error"]
     assert error.startswith("barrier failed on gang 'root' (size 4, rank 0, global rank 0)")
-    assert "Ranks 2, 3 failed to pass monitoredBarrier" in error
+    assert "gang ranks [2, 3] (global ranks [2, 3]) did not arrive in 5 s" in error
     assert TIMEOUT_S <= results[0]["seconds"] < 20
-    assert "error" in results[1], "rank 1 arrived but hears of the failure too"
+    assert results[1]["error"].endswith(
+        "gang rank 0 (global rank 0) did not confirm it in 5 s: it is gone or stuck, "
+        "or a rank did not arrive and rank 0 names it"
+    ), "rank 1 arrived but hears of the failure too"
+
+
+def test_a_monitored_barrier_on_a_mesh_gang_names_the_absent_rank(tmp_path):
+    run, results = run_fault(tmp_path, "monitored_mesh")
+    assert run.returncode == 0, run.output
+    error = results[2]["error"]
+    assert error.startswith("barrier failed on gang 'tp' (size 2, rank 0, global rank 2)")
+    assert error.endswith("gang ranks [1] (global ranks [3]) did not arrive in 5 s")
+    assert TIMEOUT_S <= results[2]["seconds"] < 20
+    assert "error" not in results[0] and "error" not in results[1]

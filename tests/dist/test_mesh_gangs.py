@@ -1,19 +1,25 @@
-"""Gangs built from one DeviceMesh on 8 real gloo processes match the plan, talk, and time out."""
+"""Gangs on 8 real gloo processes match the plan, talk, carry the timeout, and hold exactly one
+communicator per distinct set of ranks, for dense, expert and reordered layouts."""
 
 from __future__ import annotations
 
 import pytest
 
+from gangmesh.mesh_build import BUILT_NAMES
 from gangmesh.topology import MeshTopology
-from tests.dist.launch import torchrun
+from tests.dist.launch import every_rank_results
 
 pytestmark = pytest.mark.dist
 
 WORLD = 8
-GANG_DIMS = {"dp": "dp", "rdp": "dp_replicate", "sdp": "dp_shard", "tp": "tp", "pp": "pp", "cp": "cp"}
 PLANS = {
+    "tp2": MeshTopology(WORLD, tp=2),
+    "hsdp_tp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2),
     "pp2_rep2_tp2": MeshTopology(WORLD, pp=2, dp_replicate=2, tp=2),
     "cp2_tp2": MeshTopology(WORLD, cp=2, tp=2),
+    "ep4": MeshTopology(WORLD, dp_shard=4, tp=2, ep=4),
+    "ep2_etp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2, ep=2, etp=2),
+    "tp_outermost": MeshTopology(WORLD, tp=2, order="tp,pp,dp_replicate,dp_shard,cp"),
     "parallel": MeshTopology(WORLD, dp_replicate=-1, dp_shard=1, tp=2),
     "hsdp": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2),
     "fsdp": MeshTopology(WORLD, dp_shard=-1, tp=2),
@@ -22,55 +28,87 @@ PLANS = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mesh")
-    run = torchrun("mesh_gangs.py", WORLD, str(out), timeout=300)
-    assert run.returncode == 0, run.output
-    found = run.results(out)
-    assert sorted(found) == list(range(WORLD)), run.output
-    return found
+    return every_rank_results("mesh_gangs.py", WORLD, tmp_path_factory.mktemp("mesh"), timeout=300)
 
 
 @pytest.mark.parametrize("layout", sorted(PLANS))
-@pytest.mark.parametrize("gang", sorted(GANG_DIMS))
-def test_every_gang_matches_the_plan_and_sums_its_members(results, layout, gang):
+def test_every_gang_matches_the_plan_and_talks(results, layout):
     plan = PLANS[layout]
-    dim = GANG_DIMS[gang]
     for me in range(WORLD):
-        got = results[me][layout][gang]
-        members = plan.group_of(me, dim)
-        assert (got["rank"], got["size"]) == (plan.rank_in(me, dim), len(members))
-        if "members" in got:
-            assert got["members"] == members
-        else:
-            assert len(members) == 1, "only size-1 gangs may be fake"
-        assert got["sum_of_global_ranks"] == sum(members)
-        assert got["broadcast_from_last"] == members[-1]
+        for name in ("root", *BUILT_NAMES):
+            got = results[me][layout][name]
+            members = list(range(WORLD)) if name == "root" else plan.group_of(me, name)
+            assert (got["rank"], got["size"]) == (members.index(me), len(members)), (me, name)
+            assert got.get("members", [me]) == members, (me, name)
+            assert got["sum_of_global_ranks"] == sum(members), (me, name)
+            assert got["broadcast_from_last"] == members[-1], (me, name)
+
+
+@pytest.mark.parametrize("layout", sorted(PLANS))
+def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, layout):
+    plan = PLANS[layout]
+    for me in range(WORLD):
+        expected = {tuple(plan.group_of(me, name)) for name in BUILT_NAMES} | {tuple(range(WORLD))}
+        got = results[me][layout]["communicators"]
+        assert sorted(tuple(c["ranks"]) for c in got) == sorted(r for r in expected if len(r) > 1)
+        assert [c["created"] for c in got if c["ranks"] == list(range(WORLD)) and "root" in c["gangs"]] == [False]
+
+
+def test_counts_for_the_documented_layouts(results):
+    counts = {layout: len(results[0][layout]["communicators"]) for layout in PLANS}
+    # root + each distinct set of ranks of size > 1 for rank 0.
+    assert counts["tp2"] == 3  # root, tp [0,1], dp = dp_shard [0,2,4,6]
+    assert counts["hsdp_tp2"] == 5  # root, tp, rdp [0,4], sdp [0,2], dp [0,2,4,6]
+    assert counts["pp2_rep2_tp2"] == 4  # root, tp, pp [0,4], rdp [0,2] = dp; sdp has size 1
+    assert counts["cp2_tp2"] == 5  # root, tp, cp [0,2], dp [0,4], dp_shard_cp [0,2,4,6]
+
+
+def test_expert_layouts_share_pp_replicas_and_tp_with_the_dense_mesh(results):
+    for me in range(WORLD):
+        ep4 = results[me]["ep4"]
+        assert ep4["expert_mesh"] == {"names": ["pp", "dp_replicate", "efsdp", "ep", "etp"],
+                                      "shape": [1, 1, 2, 4, 1], "shares_pp": True}  # fmt: skip
+        kept = results[me]["ep2_etp2"]
+        assert kept["etp"]["members"] == kept["tp"]["members"]
+        tp_comm = [c for c in kept["communicators"] if c["ranks"] == kept["tp"]["members"]]
+        assert len(tp_comm) == 1 and set(tp_comm[0]["gangs"]) == {"tp", "etp"}
+        assert "expert_mesh" not in results[me]["tp2"]
+
+
+@pytest.mark.parametrize("layout", ["ep4", "ep2_etp2"])
+def test_uneven_all_to_all_on_the_expert_gangs(results, layout):
+    plan = PLANS[layout]
+    for me in range(WORLD):
+        for name in ("ep", "efsdp", "etp"):
+            group = plan.group_of(me, name)
+            rank = group.index(me)
+            # Every peer sent rank + 1 rows holding its global rank, in gang rank order.
+            expected = [float(peer) for peer in group for _ in range(rank + 1)]
+            assert results[me][layout][name]["all_to_all"] == expected, (me, name)
+
+
+def test_a_reordered_layout_puts_tp_outermost(results):
+    for me in range(WORLD):
+        got = results[me]["tp_outermost"]
+        assert got["tp"]["members"] == [me % 4, me % 4 + 4]
+        assert got["mesh"]["names"] == ["tp", "pp", "dp_replicate", "dp_shard", "cp"]
 
 
 def test_documented_hsdp_split_with_tensor_parallel_on_gloo(results):
     # tp=2: dp = [0,2,4,6] / [1,3,5,7]; intra_node_size=2 splits each dp gang in consecutive pairs.
-    sdp = {tuple(results[me]["hsdp"]["sdp"]["members"]) for me in range(WORLD)}
-    rdp = {tuple(results[me]["hsdp"]["rdp"]["members"]) for me in range(WORLD)}
+    sdp = {tuple(results[me]["hsdp"]["dp_shard"]["members"]) for me in range(WORLD)}
+    rdp = {tuple(results[me]["hsdp"]["dp_replicate"]["members"]) for me in range(WORLD)}
     assert sdp == {(0, 2), (4, 6), (1, 3), (5, 7)}
     assert rdp == {(0, 4), (2, 6), (1, 5), (3, 7)}
 
 
 def test_the_timeout_reaches_every_group_created(results):
     for me in range(WORLD):
-        for layout in ("pp2_rep2_tp2", "cp2_tp2"):
-            entry = results[me][layout]
-            for gang in ("dp", "rdp", "sdp", "tp", "pp", "cp"):
-                if "timeout" in entry[gang]:
-                    assert entry[gang]["timeout"] == 77.0, (me, layout, gang)
-            # gangs.tp.create_gang([1]) exists on tp rank 1, the odd ranks.
-            assert entry.get("tp_sub_timeout") == (77.0 if me % 2 else None)
-        assert results[me]["cp2_tp2"]["dp_shard_cp"]["timeout"] == 77.0
-        # Gangs made without a timeout inherit the root gang's.
+        for layout in ("tp2", "hsdp_tp2", "pp2_rep2_tp2", "cp2_tp2", "ep4", "ep2_etp2"):
+            for name in BUILT_NAMES:
+                entry = results[me][layout][name]
+                if "timeout" in entry:
+                    assert entry["timeout"] == 77.0, (me, layout, name)
+        # Gangs made without a timeout inherit the root gang's, and share its group.
         assert results[me]["parallel"]["tp"]["timeout"] == 60.0
-
-
-def test_flattened_fsdp_dim_with_context_parallel(results):
-    plan = PLANS["cp2_tp2"]
-    for me in range(WORLD):
-        assert results[me]["cp2_tp2"]["dp_shard_cp"]["members"] == plan.group_of(me, "dp_shard_cp")
-        assert results[me]["cp2_tp2"]["mesh_shape"] == list(plan.shape)
+        assert results[me]["fsdp"]["dp"]["timeout"] == 60.0

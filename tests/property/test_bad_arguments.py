@@ -49,6 +49,7 @@ class Recorder(gm.Gang):
 
     _create_gang = _barrier = _all_reduce = _all_gather = _record  # type: ignore[assignment]
     _all_gather_to_list = _broadcast = _broadcast_objects = _record  # type: ignore[assignment]
+    _reduce_scatter = _all_to_all = _record  # type: ignore[assignment]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +130,95 @@ def test_reduce_operations_and_tensors(real_gangs, op):
         rejects(lambda: gang.broadcast_objects((1,)), "objects")
 
 
+@given(
+    rows=st.integers(0, 9),
+    out_rows=st.integers(0, 9),
+    trailing=st.lists(st.integers(1, 3), max_size=2),
+    other_trailing=st.lists(st.integers(1, 3), max_size=2),
+)
+def test_reduce_scatter_shapes(real_gangs, rows, out_rows, trailing, other_trailing):
+    for gang in gangs_under_test(real_gangs):
+        out = torch.zeros([out_rows, *trailing])
+        inp = torch.zeros([rows, *other_trailing])
+        fits = (rows == gang.size * out_rows and other_trailing == trailing) or (
+            rows == gang.size and other_trailing == [out_rows, *trailing]
+        )
+        assume(not fits)
+        rejects(lambda: gang.reduce_scatter(out, inp, gm.ReduceOperation.SUM), "input_tensor")
+        rejects(
+            lambda: gang.reduce_scatter(
+                out, torch.zeros(0, dtype=torch.int8), gm.ReduceOperation.SUM
+            ),
+            "output_tensor",
+        )
+        rejects(
+            lambda: gang.reduce_scatter(
+                torch.zeros(1, dtype=torch.int64),
+                torch.zeros(gang.size, dtype=torch.int64),
+                gm.ReduceOperation.MEAN,
+            ),
+            "input_tensor",
+        )
+
+
+SPLITS = st.one_of(
+    st.lists(st.integers(-3, 5), max_size=6),
+    st.text(max_size=3),
+    st.lists(st.one_of(st.floats(), st.none()), min_size=1, max_size=4),
+)
+
+
+@given(inputs=SPLITS, outputs=SPLITS, rows=st.integers(0, 12))
+def test_all_to_all_split_sizes(real_gangs, inputs, outputs, rows):
+    for gang in gangs_under_test(real_gangs):
+
+        def valid(splits: object) -> bool:
+            return (
+                isinstance(splits, list)
+                and len(splits) == gang.size
+                and all(isinstance(s, int) and s >= 0 for s in splits)
+                and sum(splits) == rows
+            )
+
+        one_peer = [rows] + [0] * (gang.size - 1)
+        if not valid(inputs):
+            rejects(
+                lambda: gang.all_to_all(torch.zeros(rows), torch.zeros(rows), one_peer, inputs),
+                "input_",
+            )
+        if not valid(outputs):
+            rejects(
+                lambda: gang.all_to_all(torch.zeros(rows), torch.zeros(rows), outputs, one_peer),
+                "output_",
+            )
+
+
+def test_all_to_all_tensors(real_gangs):
+    for gang in gangs_under_test(real_gangs):
+        n = gang.size
+        rejects(lambda: gang.all_to_all(torch.zeros(n, 2), torch.zeros(n, 3)), "output_tensor")
+        rejects(
+            lambda: gang.all_to_all(torch.zeros(n), torch.zeros(n, dtype=torch.int64)),
+            "output_tensor",
+        )
+        rejects(lambda: gang.all_to_all(torch.zeros(n), torch.zeros(n + 1)), "input_tensor")
+        rejects(lambda: gang.all_to_all(torch.zeros(()), torch.zeros(())), "input_tensor")
+        rejects(lambda: gang.all_to_all(torch.zeros(n), [0.0] * n), "input_tensor")  # type: ignore[arg-type]
+
+
+@given(
+    value=st.one_of(
+        st.text(max_size=3), st.none(), st.lists(st.integers(), max_size=2), st.complex_numbers()
+    )
+)
+def test_helpers_refuse_values_that_are_not_numbers(value):
+    gang = gm.FakeGang(CPU, size=2)
+    rejects(lambda: gm.all_sum(gang, value), "value")
+    rejects(lambda: gm.all_reduce_dict(gang, {"m": value}), "data['m']")
+    if not isinstance(value, (bool, int)):
+        rejects(lambda: gm.broadcast_flag(gang, value), "flag")  # type: ignore[arg-type]
+
+
 def test_bad_input_never_reaches_communication():
     gang = Recorder(4)
     for call in (
@@ -136,12 +226,24 @@ def test_bad_input_never_reaches_communication():
         lambda: gang.create_gang([0, 0]),
         lambda: gang.all_gather(torch.zeros(3), torch.zeros(1)),
         lambda: gang.all_reduce(torch.zeros(1, dtype=torch.int64), gm.ReduceOperation.MEAN),
+        lambda: gang.reduce_scatter(torch.zeros(2), torch.zeros(7), gm.ReduceOperation.SUM),
+        lambda: gang.all_to_all(torch.zeros(4), torch.zeros(4), [1, 1, 1], None),
+        lambda: gang.all_to_all(torch.zeros(4), torch.zeros(4), None, [1, 1, 1, 2]),
     ):
         with pytest.raises((ValueError, TypeError)):
             call()
     assert gang.calls == []
     gang.all_reduce(torch.zeros(1), gm.ReduceOperation.SUM)
-    assert gang.calls == ["called"]
+    gang.reduce_scatter(torch.zeros(2), torch.zeros(8), gm.ReduceOperation.SUM)
+    gang.all_to_all(torch.zeros(5), torch.zeros(4), [2, 1, 1, 1], [1, 1, 1, 1])
+    assert gang.calls == ["called"] * 3
+
+
+def test_argument_errors_have_names_of_their_own():
+    with pytest.raises(gm.InvalidTypeError) as info:
+        gm.FakeGang(CPU, size=2).broadcast(torch.zeros(1), source_rank="0")  # type: ignore[arg-type]
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    assert type(info.value).__name__ == "InvalidTypeError"
 
 
 @given(size=st.one_of(NOT_INTS, st.integers(max_value=0)), rank=st.integers())
@@ -178,6 +280,27 @@ def test_create_gangs_sizes(dim, value):
         ),
         dim,
     )
+
+
+@given(
+    dim=st.sampled_from(["ep", "etp"]),
+    value=st.one_of(NOT_INTS, st.integers(max_value=0), st.integers(3, 7)),
+)
+def test_expert_sizes(dim, value):
+    root = gm.FakeGang(CPU, rank=0, size=8)
+    rejects(lambda: gm.create_gangs(root, tp=2, ep=2, **{dim: value}), dim)
+
+
+@given(
+    order=st.one_of(
+        st.permutations(["pp", "dp_replicate", "dp_shard", "cp", "xx"]),
+        st.lists(st.sampled_from(gm.DIM_NAMES), max_size=6),
+        st.text(max_size=8),
+    )
+)
+def test_orders(order):
+    assume(sorted(order) != sorted(gm.DIM_NAMES) if isinstance(order, list) else True)
+    rejects(lambda: gm.MeshTopology(8, order=order), "order")
 
 
 VARIABLES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"]
@@ -240,3 +363,4 @@ def test_timeouts(timeout):
 )
 def test_metric_dicts(value):
     rejects(lambda: gm.all_reduce_dict(gm.FakeGang(CPU), {"m": value}), "data['m']")
+    rejects(lambda: gm.all_reduce_dict(gm.FakeGang(CPU), [("m", 1)]), "data")  # type: ignore[arg-type]

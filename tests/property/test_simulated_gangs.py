@@ -1,4 +1,5 @@
-"""Gangs built through the real DeviceMesh path (fake backend) match the plan for sampled ranks.
+"""Gangs built through the real DeviceMesh path (fake backend) match the plan for sampled ranks,
+with expert views and orders, one communicator per distinct set of ranks.
 
 CI simulates worlds of up to 4096 ranks; set GANGMESH_SIM_MAX_WORLD=65536 to run the same
 properties at 65,536 ranks by hand.
@@ -9,117 +10,132 @@ from __future__ import annotations
 import os
 from itertools import pairwise
 
+import torch
 import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gangmesh as gm
 from gangmesh.testing import simulate_gangs
-from gangmesh.topology import MeshTopology
-from tests.strategies import layouts, resolved
+from gangmesh.testing.strategies import layouts, layouts_and_ranks
+from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology
 
 MAX_WORLD = int(os.environ.get("GANGMESH_SIM_MAX_WORLD", "4096"))
-GANG_DIMS = {
-    "dp": "dp",
-    "rdp": "dp_replicate",
-    "sdp": "dp_shard",
-    "tp": "tp",
-    "pp": "pp",
-    "cp": "cp",
-}
+BUILT = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED)
 SIMULATION = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def sampled_ranks(draw: st.DrawFn, world_size: int) -> list[int]:
-    """Every rank of a small world; rank 0, the last rank and one more of a large one."""
-    if world_size <= 8:
-        return list(range(world_size))
-    return sorted({0, world_size - 1, draw(st.integers(0, world_size - 1))})
-
-
-def members(gang: gm.Gang) -> list[int]:
+def members(gang: gm.Gang, rank: int) -> list[int]:
     if not gang.supports_process_group:
-        return []
+        assert gang.size == 1, "only gangs of size 1 may be fake"
+        return [rank]
     return dist.get_process_group_ranks(gang.as_process_group())
 
 
 def assert_matches_plan(gangs: gm.Gangs, plan: MeshTopology, rank: int) -> None:
-    for name, dim in GANG_DIMS.items():
-        gang = getattr(gangs, name)
-        group = plan.group_of(rank, dim)
-        assert (gang.rank, gang.size) == (plan.rank_in(rank, dim), len(group)), name
-        assert members(gang) == group, name
+    for name in BUILT:
+        gang = gangs[name]
+        group = plan.group_of(rank, name)
+        assert (gang.rank, gang.size) == (plan.rank_in(rank, name), len(group)), name
+        assert members(gang, rank) == group, name
 
 
-def assert_documented_splits(gangs: gm.Gangs, d: dict[str, int], rank: int) -> None:
-    """The rules of DESIGN.md, stated without the planner."""
-    world = gangs.root.size
-    tp_start = rank - rank % d["tp"]
-    assert members(gangs.tp) == list(range(tp_start, tp_start + d["tp"]))
-    dp = members(gangs.dp)
-    assert all(b - a == d["cp"] * d["tp"] for a, b in pairwise(dp))
-    pp = members(gangs.pp)
-    assert all(b - a == world // d["pp"] for a, b in pairwise(pp))
-    sdp, rdp = members(gangs.sdp), members(gangs.rdp)
-    start = dp.index(rank) - dp.index(rank) % d["dp_shard"]
-    assert sdp == dp[start : start + d["dp_shard"]]
-    assert rdp == dp[dp.index(rank) % d["dp_shard"] :: d["dp_shard"]]
-    assert gangs.root.rank != 0 or all(gang.rank == 0 for _, gang in gangs.items())
+def assert_one_communicator_per_rank_set(gangs: gm.Gangs, plan: MeshTopology, rank: int) -> None:
+    report = gangs.communicators()
+    expected = {tuple(plan.group_of(rank, name)) for name in BUILT} | {
+        tuple(range(plan.world_size))
+    }
+    assert sorted(info.ranks for info in report) == sorted(r for r in expected if len(r) > 1)
+    groups = [gangs[name] for name in ("root", *BUILT) if gangs[name].size > 1]
+    assert len({id(gang.as_process_group()) for gang in groups}) == len(report)
+
+
+def assert_meshes_use_the_gangs_groups(gangs: gm.Gangs, plan: MeshTopology) -> None:
+    assert gangs.mesh is not None and tuple(gangs.mesh.shape) == plan.shape
+    assert gangs.mesh.mesh_dim_names == plan.order
+    for name in DENSE_DIMS:
+        if gangs[name].size > 1:
+            assert gangs.mesh.get_group(name) is gangs[name].as_process_group()
+    if plan.expert_shape is None:
+        assert gangs.expert_mesh is None
+        return
+    assert gangs.expert_mesh is not None and tuple(gangs.expert_mesh.shape) == plan.expert_shape
+    for name in ("pp", "dp_replicate", "ep", "efsdp", "etp"):
+        if gangs[name].size > 1:
+            # pp and dp_replicate are shared with the dense mesh: the same group object.
+            assert gangs.expert_mesh.get_group(name) is gangs[name].as_process_group()
 
 
 @SIMULATION
-@given(layouts(max_world=MAX_WORLD).flatmap(lambda w: st.tuples(st.just(w), sampled_ranks(w[0]))))
-def test_create_gangs_matches_the_plan_and_the_documented_splits(case):
-    (world_size, sizes), ranks = case
-    plan = MeshTopology(world_size, **sizes)
-    for rank in ranks:
-        with simulate_gangs(world_size, rank, **sizes) as gangs:
-            assert gangs.mesh is not None and tuple(gangs.mesh.shape) == plan.shape
-            assert_matches_plan(gangs, plan, rank)
-            assert_documented_splits(gangs, resolved(world_size, sizes), rank)
+@given(layouts_and_ranks(max_world_size=MAX_WORLD, orders=True))
+def test_create_gangs_matches_the_plan_for_any_layout(case):
+    plan, rank = case
+    with simulate_gangs(plan.world_size, rank, **plan.sizes(), order=plan.order) as gangs:
+        assert gangs.plan == plan
+        assert_matches_plan(gangs, plan, rank)
+        assert_one_communicator_per_rank_set(gangs, plan, rank)
+        assert_meshes_use_the_gangs_groups(gangs, plan)
+        assert gangs.root.rank != 0 or all(gang.rank == 0 for _, gang in gangs.items())
+
+
+@SIMULATION
+@given(layouts(max_world_size=MAX_WORLD), st.data())
+def test_default_order_gives_the_documented_splits(plan, data):
+    d = plan.dims
+    rank = data.draw(st.sampled_from(sorted({0, plan.world_size - 1, plan.world_size // 2})))
+    with simulate_gangs(plan.world_size, rank, **d) as gangs:
+        world = plan.world_size
+        tp_start = rank - rank % d["tp"]
+        assert members(gangs.tp, rank) == list(range(tp_start, tp_start + d["tp"]))
+        dp = members(gangs.dp, rank)
+        assert all(b - a == d["cp"] * d["tp"] for a, b in pairwise(dp))
+        pp = members(gangs.pp, rank)
+        assert all(b - a == world // d["pp"] for a, b in pairwise(pp))
+        sdp, rdp = members(gangs.sdp, rank), members(gangs.rdp, rank)
+        start = dp.index(rank) - dp.index(rank) % d["dp_shard"]
+        assert sdp == dp[start : start + d["dp_shard"]]
+        assert rdp == dp[dp.index(rank) % d["dp_shard"] :: d["dp_shard"]]
 
 
 @st.composite
-def parallel_cases(draw: st.DrawFn) -> tuple[int, int, int | None, list[int]]:
+def parallel_cases(draw: st.DrawFn) -> tuple[int, int, int | None, int]:
     tp = draw(st.sampled_from([1, 2, 4, 8]))
-    dp = draw(st.sampled_from([1, 2, 3, 4, 8, 16, 64, 512]))
-    dp = min(dp, MAX_WORLD // tp)
+    dp = min(draw(st.sampled_from([1, 2, 3, 4, 8, 16, 64, 512])), MAX_WORLD // tp)
     intra = draw(
         st.one_of(st.none(), st.sampled_from([d for d in range(1, dp + 1) if dp % d == 0]))
     )
     world = tp * dp
-    return world, tp, intra, draw(sampled_ranks(world))
+    return world, tp, intra, draw(st.sampled_from(sorted({0, world - 1, world // 2})))
 
 
 @SIMULATION
 @given(parallel_cases())
-def test_parallel_then_fsdp_gangs_give_the_documented_layout(case):
-    world_size, tp, intra, ranks = case
+def test_parallel_then_fsdp_gangs_give_the_documented_layout_and_share_groups(case):
+    world_size, tp, intra, rank = case
     dp_size = world_size // tp
     shard = dp_size if intra is None else intra
     plan = MeshTopology(world_size, dp_replicate=dp_size // shard, dp_shard=shard, tp=tp)
-    for rank in ranks:
-        with simulate_gangs(world_size, rank) as root_gangs:
-            parallel = gm.create_parallel_gangs(root_gangs.root, tp_size=tp)
-            assert members(parallel.tp) == list(range(rank - rank % tp, rank - rank % tp + tp))
-            assert members(parallel.dp) == list(range(rank % tp, world_size, tp))
-            assert parallel.rdp.size == dp_size and parallel.sdp.size == 1
-            fsdp = gm.create_fsdp_gangs(parallel, intra_node_size=intra)
-            assert_matches_plan(fsdp, plan, rank)
-            assert_documented_splits(fsdp, plan.dims, rank)
+    with simulate_gangs(world_size, rank) as root_gangs:
+        parallel = gm.create_parallel_gangs(root_gangs.root, tp_size=tp)
+        assert members(parallel.tp, rank) == list(range(rank - rank % tp, rank - rank % tp + tp))
+        assert members(parallel.dp, rank) == list(range(rank % tp, world_size, tp))
+        assert parallel.rdp.size == dp_size and parallel.sdp.size == 1
+        fsdp = gm.create_fsdp_gangs(parallel, intra_node_size=intra)
+        assert_matches_plan(fsdp, plan, rank)
+        if tp > 1:
+            assert fsdp.tp.as_process_group() is parallel.tp.as_process_group()
+        parallel.close()
+        fsdp.tp.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
+        fsdp.close()
 
 
-@given(layouts(), st.data())
-def test_a_fake_root_gives_the_planned_ranks_and_sizes(layout, data):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
-    rank = data.draw(st.integers(0, world_size - 1))
-    import torch
-
-    gangs = gm.create_gangs(gm.FakeGang(torch.device("cpu"), rank=rank, size=world_size), **sizes)
-    assert gangs.mesh is None
-    for name, dim in GANG_DIMS.items():
-        gang = getattr(gangs, name)
+@given(layouts_and_ranks(max_world_size=2**16, orders=True))
+def test_a_fake_root_gives_the_planned_ranks_and_sizes(case):
+    plan, rank = case
+    root = gm.FakeGang(torch.device("cpu"), rank=rank, size=plan.world_size)
+    gangs = gm.create_gangs(root, **plan.sizes(), order=plan.order)
+    assert gangs.mesh is None and gangs.plan == plan
+    for name in BUILT:
+        gang = gangs[name]
         assert isinstance(gang, gm.FakeGang)
-        assert (gang.rank, gang.size) == (plan.rank_in(rank, dim), plan.size_of(dim))
+        assert (gang.rank, gang.size) == (plan.rank_in(rank, name), plan.size_of(name))

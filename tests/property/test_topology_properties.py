@@ -1,63 +1,121 @@
-"""The planner's layout is exactly the documented one, for any world and factorisation."""
+"""The planner's layout is exactly the documented one, for any world, factorisation, expert
+view and order."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gangmesh.topology import DIM_NAMES, MeshTopology
-from tests.strategies import layouts, resolved
+from gangmesh.testing.strategies import layouts, layouts_and_ranks
+from gangmesh.topology import (
+    DENSE_DIMS,
+    EXPERT_DIMS,
+    FLATTENED,
+    SHARED_DIMS,
+    MeshTopology,
+)
 
-DIMS_AND_FLAT = (*DIM_NAMES, "dp", "dp_shard_cp")
+EVERY_NAME = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED, "rdp", "sdp")
+ANY_LAYOUT = layouts(max_world_size=2**16, orders=True)
+SMALL_LAYOUT = layouts(max_world_size=512, orders=True)
 
 
-@given(layouts(), st.sampled_from(DIMS_AND_FLAT))
-def test_groups_partition_the_world(layout, dim):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
+def expected_coordinates(plan: MeshTopology, rank: int) -> dict[str, int]:
+    """Row-major coordinates computed here, independently of the planner: the dense view in
+    plan.order; the expert view as (the two outer dense dims, efsdp, ep, etp)."""
+    sizes = plan.dims
+    out = {}
+    rest = rank
+    for name in reversed(plan.order):
+        out[name] = rest % sizes[name]
+        rest //= sizes[name]
+    if plan.expert_dims is not None:
+        block = rank % math.prod(sizes[n] for n in plan.order[2:])
+        ep, etp = plan.size_of("ep"), plan.size_of("etp")
+        out["etp"] = block % etp
+        out["ep"] = block // etp % ep
+        out["efsdp"] = block // (etp * ep)
+    return out
+
+
+def view_of(name: str) -> tuple[str, ...]:
+    dims = FLATTENED.get(name, ({"rdp": "dp_replicate", "sdp": "dp_shard"}.get(name, name),))
+    return tuple(dims)
+
+
+@given(ANY_LAYOUT, st.sampled_from(EVERY_NAME))
+def test_groups_partition_the_world(plan, dim):
     groups = plan.groups(dim)
     assert groups.dtype == np.int64
-    assert groups.shape == (world_size // plan.size_of(dim), plan.size_of(dim))
-    assert np.array_equal(np.sort(groups.reshape(-1)), np.arange(world_size))
+    assert groups.shape == (plan.world_size // plan.size_of(dim), plan.size_of(dim))
+    assert np.array_equal(np.sort(groups.reshape(-1)), np.arange(plan.world_size))
 
 
-@given(layouts(), st.sampled_from(DIMS_AND_FLAT), st.data())
-def test_a_group_is_the_ranks_that_differ_only_along_its_dims(layout, dim, data):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
-    rank = data.draw(st.integers(0, world_size - 1))
-    varying = set(plan.resolve(dim))
-    here = plan.coordinate(rank)
-    group = plan.group_of(rank, dim)
-    assert len(set(group)) == len(group) == plan.size_of(dim)
-    for member in group:
-        there = plan.coordinate(member)
-        assert all(here[n] == there[n] for n in DIM_NAMES if n not in varying)
-    row = plan.groups(dim)[np.nonzero(plan.groups(dim) == rank)[0][0]]
-    assert row.tolist() == group
+@settings(max_examples=60)
+@given(SMALL_LAYOUT, st.sampled_from(EVERY_NAME))
+def test_groups_equal_an_independent_coordinate_formula(plan, dim):
+    """Two ranks share a group along ``dim`` exactly when their coordinates agree on every
+    dimension of the same view outside ``dim``; inside a group, ranks are in mesh order."""
+    dims = view_of(dim)
+    expert = any(d in EXPERT_DIMS for d in dims)
+    if expert and plan.expert_dims is None:
+        assert plan.groups(dim).shape == (plan.world_size, 1)
+        return
+    view = [*SHARED_DIMS, *EXPERT_DIMS] if expert else list(DENSE_DIMS)
+    coords = [expected_coordinates(plan, r) for r in range(plan.world_size)]
+    fixed = [d for d in view if d not in dims]
+    found: dict[tuple[int, ...], list[int]] = {}
+    for rank, c in enumerate(coords):
+        found.setdefault(tuple(c[d] for d in fixed), []).append(rank)
+    assert sorted(map(sorted, found.values())) == sorted(plan.groups(dim).tolist())
+    for group in plan.groups(dim).tolist():
+        assert group == sorted(group), "flattened and single dims enumerate in mesh order"
 
 
-@given(layouts(), st.data())
-def test_coordinates_round_trip_and_equal_the_rank_inside_each_group(layout, data):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
-    rank = data.draw(st.integers(0, world_size - 1))
+@given(layouts_and_ranks(max_world_size=2**16, orders=True))
+def test_coordinates_match_the_formula_and_round_trip(case):
+    plan, rank = case
     coordinate = plan.coordinate(rank)
-    assert plan.rank_of(**coordinate) == rank
-    for dim in DIM_NAMES:
-        assert plan.group_of(rank, dim).index(rank) == coordinate[dim] == plan.rank_in(rank, dim)
-    dp_index = coordinate["dp_replicate"] * plan.dims["dp_shard"] + coordinate["dp_shard"]
-    assert plan.group_of(rank, "dp").index(rank) == dp_index == plan.rank_in(rank, "dp")
+    assert coordinate == expected_coordinates(plan, rank)
+    assert plan.rank_of(**{n: coordinate[n] for n in DENSE_DIMS}) == rank
+    if plan.expert_dims is not None:
+        expert = {n: coordinate[n] for n in (*SHARED_DIMS, *EXPERT_DIMS)}
+        assert plan.rank_of(**expert) == rank
+    for dim in (*DENSE_DIMS, *EXPERT_DIMS):
+        group = plan.group_of(rank, dim)
+        assert group.index(rank) == plan.rank_in(rank, dim) == coordinate.get(dim, 0)
 
 
-@given(layouts())
-def test_documented_splits(layout):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
-    d = resolved(world_size, sizes)
-    assert plan.dims == d
+@given(layouts_and_ranks(max_world_size=2**16, orders=True))
+def test_the_expert_view_borrows_dense_ranks_by_the_rules(case):
+    plan, rank = case
+    assume(plan.expert_dims is not None)
+    sizes = plan.sizes()
+    assert set(plan.order[:2]) == {"pp", "dp_replicate"}
+    borrowed = ["dp_shard", "cp"] + (["tp"] if sizes["etp"] == 1 else [])
+    block = set(plan.group_of(rank, tuple(d for d in plan.order if d in borrowed)))
+    assert set(plan.group_of(rank, "ep")) <= block, "an ep group stays inside one dense block"
+    assert set(plan.group_of(rank, "efsdp")) <= block
+    if sizes["etp"] > 1:
+        assert plan.group_of(rank, "etp") == plan.group_of(rank, "tp")
+    for shared in SHARED_DIMS:
+        assert (
+            plan.group_of(rank, shared)
+            == plan.groups(shared)[np.nonzero(plan.groups(shared) == rank)[0][0]].tolist()
+        )
+    product_of_views = plan.size_of("pp") * plan.size_of("edp") * sizes["ep"] * sizes["etp"]
+    assert product_of_views == plan.world_size
+    assert plan.size_of("edp") == sizes["dp_replicate"] * plan.size_of("efsdp")
+
+
+@given(ANY_LAYOUT)
+def test_default_order_splits(plan):
+    assume(plan.order == DENSE_DIMS)
+    d = plan.dims
     # tp groups are runs of tp consecutive ranks, starting at multiples of tp.
     tp = plan.groups("tp")
     assert (tp[:, 0] % d["tp"] == 0).all()
@@ -65,7 +123,7 @@ def test_documented_splits(layout):
     # dp groups (replicate x shard) are strided by cp * tp.
     assert (np.diff(plan.groups("dp"), axis=1) == d["cp"] * d["tp"]).all()
     # pp groups are strided by world_size / pp.
-    assert (np.diff(plan.groups("pp"), axis=1) == world_size // d["pp"]).all()
+    assert (np.diff(plan.groups("pp"), axis=1) == plan.world_size // d["pp"]).all()
     # HSDP: within a dp group, sdp groups are consecutive slices, rdp groups stride by sdp size.
     replicate, shard = d["dp_replicate"], d["dp_shard"]
     dp = plan.groups("dp").reshape(-1, replicate, shard)
@@ -90,6 +148,56 @@ def test_design_tables_for_eight_processes():
     assert fsdp.groups("rdp").shape == (8, 1)
 
 
+def test_expert_tables_for_eight_processes():
+    moe = MeshTopology(8, dp_shard=4, tp=2, ep=4)
+    assert moe.expert_dims == {"pp": 1, "dp_replicate": 1, "efsdp": 2, "ep": 4, "etp": 1}
+    assert moe.groups("ep").tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert moe.groups("efsdp").tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    kept_tp = MeshTopology(8, dp_replicate=2, dp_shard=2, tp=2, ep=2, etp=2)
+    assert kept_tp.groups("ep").tolist() == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert kept_tp.groups("etp").tolist() == kept_tp.groups("tp").tolist()
+    assert kept_tp.groups("edp").tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    tp_outermost = MeshTopology(8, tp=2, order="tp,pp,dp_replicate,dp_shard,cp")
+    assert tp_outermost.groups("tp").tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert tp_outermost.groups("dp").tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert MeshTopology(8).megatron_order() == "tp-cp-ep-dp-pp"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rule"),
+    [
+        ({"ep": 3}, "ep: expected a factor of the ranks expert parallelism borrows, dp_shard=8"),
+        (
+            {"tp": 4, "ep": 2, "etp": 2},
+            "etp: expected 1 (experts also borrow the tp ranks) or tp=4",
+        ),
+        ({"etp": 2}, "etp: expected 1 without expert parallelism (ep=1), got 2"),
+        (
+            {"tp": 2, "ep": 2, "order": "tp,pp,dp_replicate,dp_shard,cp"},
+            "order: with ep=2 > 1, pp and dp_replicate must be the two outermost",
+        ),
+        (
+            {"tp": 2, "ep": 2, "etp": 2, "order": "pp,dp_replicate,tp,dp_shard,cp"},
+            "order: with etp = tp = 2, tp must be the innermost dimension",
+        ),
+        ({"order": "pp,tp"}, "order: expected each of pp, dp_replicate, dp_shard, cp, tp once"),
+    ],
+)
+def test_each_broken_rule_is_a_value_error_that_states_it(kwargs, rule):
+    with pytest.raises(ValueError) as info:
+        MeshTopology(8, **kwargs)
+    assert str(info.value).startswith(rule)
+
+
+@given(ANY_LAYOUT, st.integers(2, 64))
+def test_an_ep_that_does_not_divide_the_borrowed_ranks_is_rejected(plan, ep):
+    sizes = plan.sizes()
+    borrowed = sizes["dp_shard"] * sizes["cp"] * sizes["tp"]
+    assume(borrowed % ep)
+    with pytest.raises(ValueError, match=f"got ep={ep}"):
+        MeshTopology(plan.world_size, **{**sizes, "ep": ep, "etp": 1})
+
+
 BAD_SIZES = st.one_of(
     st.integers(max_value=0).filter(lambda v: v != -1),
     st.floats(allow_nan=True),
@@ -99,36 +207,40 @@ BAD_SIZES = st.one_of(
 )
 
 
-@given(layouts(max_world=4096), st.sampled_from(DIM_NAMES), BAD_SIZES)
-def test_a_bad_size_is_a_value_error_naming_the_dimension(layout, dim, bad):
-    world_size, sizes = layout
+@given(layouts(max_world_size=4096), st.sampled_from(DENSE_DIMS), BAD_SIZES)
+def test_a_bad_size_is_a_value_error_naming_the_dimension(plan, dim, bad):
     with pytest.raises(ValueError, match=dim):
-        MeshTopology(world_size, **{**sizes, dim: bad})
+        MeshTopology(plan.world_size, **{**plan.dims, dim: bad})
 
 
-@given(layouts(max_world=4096), st.integers(2, 97))
-def test_sizes_whose_product_is_not_the_world_are_rejected(layout, factor):
-    world_size, sizes = layout
-    assume(-1 not in sizes.values())
-    with pytest.raises(ValueError, match=f"but world_size is {world_size * factor}"):
-        MeshTopology(world_size * factor, **sizes)
-    assume(world_size % factor)
+@given(layouts(max_world_size=4096), st.integers(2, 97))
+def test_sizes_whose_product_is_not_the_world_are_rejected(plan, factor):
+    sizes = plan.dims
+    with pytest.raises(ValueError, match=f"but world_size is {plan.world_size * factor}"):
+        MeshTopology(plan.world_size * factor, **sizes)
+    assume(plan.world_size % factor)
     with pytest.raises(ValueError, match="cannot infer its size"):
-        MeshTopology(world_size // factor or 1, **{**sizes, "pp": sizes["pp"] * factor, "tp": -1})
+        MeshTopology(
+            plan.world_size // factor or 1, **{**sizes, "pp": sizes["pp"] * factor, "tp": -1}
+        )
 
 
-@given(st.sampled_from(DIM_NAMES), st.sampled_from(DIM_NAMES))
+@given(layouts(max_world_size=4096), st.sampled_from(DENSE_DIMS))
+def test_one_size_may_be_inferred(plan, dim):
+    sizes = {**plan.dims, dim: -1}
+    assert MeshTopology(plan.world_size, **sizes).dims == plan.dims
+
+
+@given(st.sampled_from(DENSE_DIMS), st.sampled_from(DENSE_DIMS))
 def test_two_inferred_sizes_are_rejected(first, second):
     assume(first != second)
     with pytest.raises(ValueError, match="at most one size may be -1"):
         MeshTopology(16, **{first: -1, second: -1})
 
 
-@given(layouts(max_world=4096), st.one_of(st.integers(), st.floats(), st.text(max_size=2)))
-def test_ranks_outside_the_world_and_unknown_names_are_rejected(layout, rank):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
-    if isinstance(rank, int) and 0 <= rank < world_size:
+@given(layouts(max_world_size=4096), st.one_of(st.integers(), st.floats(), st.text(max_size=2)))
+def test_ranks_outside_the_world_and_unknown_names_are_rejected(plan, rank):
+    if isinstance(rank, int) and 0 <= rank < plan.world_size:
         return
     with pytest.raises(ValueError, match="rank"):
         plan.coordinate(rank)
@@ -138,7 +250,7 @@ def test_ranks_outside_the_world_and_unknown_names_are_rejected(layout, rank):
 
 @given(st.text(min_size=1, max_size=12))
 def test_unknown_dimension_names_are_rejected(name):
-    assume(name not in (*DIM_NAMES, "dp", "rdp", "sdp", "dp_shard_cp"))
+    assume(name not in EVERY_NAME)
     plan = MeshTopology(8, tp=2)
     with pytest.raises(ValueError, match="unknown dimension"):
         plan.groups(name)
@@ -147,35 +259,62 @@ def test_unknown_dimension_names_are_rejected(name):
 
 
 def test_coordinates_out_of_range_and_out_of_order_dims_are_rejected():
-    plan = MeshTopology(8, tp=2)
+    plan = MeshTopology(8, tp=2, ep=2)
     with pytest.raises(ValueError, match=r"tp: expected a coordinate in \[0, 2\), got 2"):
         plan.rank_of(tp=2)
     with pytest.raises(ValueError, match="mesh order"):
         plan.groups(("tp", "pp"))
+    with pytest.raises(ValueError, match="mixes dense-only and expert dimensions"):
+        plan.groups(("dp_shard", "ep"))
+    with pytest.raises(ValueError, match="tp: unknown dimension in the expert view"):
+        plan.rank_of(ep=1, tp=1)
     with pytest.raises(ValueError, match="ranks_per_node"):
         plan.check_locality(0)
 
 
-@settings(max_examples=30)
-@given(layouts(max_world=4096), st.integers(1, 64))
-def test_locality_findings_are_exactly_the_crossing_gangs(layout, per_node):
-    world_size, sizes = layout
-    plan = MeshTopology(world_size, **sizes)
+def test_expert_names_without_expert_parallelism_are_single_rank_groups():
+    plan = MeshTopology(4, tp=2)
+    assert plan.groups("ep").tolist() == [[0], [1], [2], [3]]
+    assert plan.size_of("edp") == 1 and plan.group_of(3, "efsdp") == [3]
+    assert plan.expert_dims is None and "ep" not in plan.coordinate(3)
+    with pytest.raises(ValueError, match="ep: unknown dimension without expert parallelism"):
+        plan.rank_of(ep=0)
+
+
+@settings(max_examples=40)
+@given(layouts(max_world_size=4096, orders=True), st.integers(1, 64))
+def test_locality_findings_are_exactly_the_crossing_gangs(plan, per_node):
+    assume(plan.world_size % per_node == 0 or per_node >= plan.world_size)
     findings = {f.dim: f for f in plan.check_locality(per_node)}
     for f in findings.values():
         assert len(set(f.nodes)) > 1
         assert sorted({r // per_node for r in f.group}) == f.nodes
-    tp_groups = plan.groups("tp") // per_node
-    tp_crosses = bool((tp_groups.min(axis=1) != tp_groups.max(axis=1)).any())
-    assert ("tp" in findings) == tp_crosses
+    for dim in ("tp", "cp", "ep"):
+        nodes = plan.groups(dim) // per_node
+        crosses = bool((nodes.min(axis=1) != nodes.max(axis=1)).any())
+        assert (dim in findings) == (crosses and plan.size_of(dim) > 1), dim
+
+
+def test_ranks_per_node_must_divide_the_world():
+    with pytest.raises(ValueError, match="ranks_per_node: expected a factor of world_size 16"):
+        MeshTopology(16).check_locality(3)
+    assert MeshTopology(4).check_locality(8) == [], "one node holds the whole world"
 
 
 def test_locality_examples():
     assert MeshTopology(16, tp=8).check_locality(8) == []
     (finding,) = MeshTopology(16, tp=16).check_locality(8)
-    assert finding.dim == "tp" and finding.nodes == [0, 1]
+    assert finding.dim == "tp" and finding.nodes == [0, 1] and finding.avoidable
+    assert "lower tp to 8 or less" in finding.message
     (finding,) = MeshTopology(16, dp_replicate=2, dp_shard=8).check_locality(4)
-    assert finding.dim == "dp_shard" and "HSDP" in finding.message
+    assert finding.dim == "dp_shard" and "raise dp_replicate" in finding.message
     assert MeshTopology(16, dp_replicate=4, dp_shard=4).check_locality(4) == []
     (finding,) = MeshTopology(12, tp=4).check_locality(6)
     assert finding.group == [4, 5, 6, 7] and finding.nodes == [0, 1]
+    assert "(e.g. tp=3)" in finding.message
+    (note,) = MeshTopology(64, dp_replicate=2, dp_shard=4, tp=8).check_locality(8)
+    assert note.dim == "dp_shard" and not note.avoidable, "tp filling a node is no mistake"
+    (finding,) = MeshTopology(16, tp=2, order="pp,dp_replicate,tp,dp_shard,cp").check_locality(8)
+    assert "put tp inside dp_shard (--order)" in finding.message
+    (finding,) = MeshTopology(24, dp_shard=12, tp=2, ep=4).check_locality(6)
+    assert finding.dim == "ep" and finding.avoidable

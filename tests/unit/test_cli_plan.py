@@ -63,7 +63,10 @@ def test_svg_draws_one_cell_per_rank_and_frames_tp_groups(tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--world-size", "32", "--tp", "3"], "dp_shard: cannot infer its size"),
+        (
+            ["--world-size", "32", "--tp", "3"],
+            "tp: tp=3 does not divide world_size 32, so dp_shard cannot",
+        ),
         (["--world-size", "8", "--tp", "-1"], "at most one size may be -1"),
         (["--world-size", "8", "--rank", "8"], "rank: expected a rank in [0, 8), got 8"),
         (["--world-size", "0"], "world_size: expected an int >= 1, got 0"),

@@ -1,4 +1,4 @@
-"""Gangs: the root-rank rule, current gangs, wrapping a user's mesh, argument checks."""
+"""Gangs: the root-rank rule, current gangs, wrapping a user's mesh, ownership, argument checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 import gangmesh as gm
 from gangmesh.testing import simulate_gangs
@@ -20,15 +20,26 @@ def fake(rank: int = 0, size: int = 1) -> gm.FakeGang:
     return gm.FakeGang(CPU, rank=rank, size=size)
 
 
+def members(gang: gm.Gang) -> list[int]:
+    return dist.get_process_group_ranks(gang.as_process_group())
+
+
 def test_root_rank_zero_must_be_rank_zero_everywhere_with_correct_precedence():
     # dp and pp at rank 0 but tp at rank 1: the rule must still reject it.
     with pytest.raises(ValueError, match=r"^tp: root rank 0 must be rank 0 of every gang"):
-        gm.Gangs(root=fake(0, 4), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(1, 2), pp=fake())
-    with pytest.raises(ValueError, match="cp"):
         gm.Gangs(
-            root=fake(0, 4), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(), pp=fake(), cp=fake(1, 2)
+            root=fake(0, 4), dp=fake(0, 2), rdp=fake(), sdp=fake(0, 2), tp=fake(1, 2), pp=fake()
         )
-    gm.Gangs(root=fake(1, 4), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(1, 2), pp=fake())
+    with pytest.raises(ValueError, match=r"^cp"):
+        gm.Gangs(
+            root=fake(0, 2), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(), pp=fake(), cp=fake(1, 2)
+        )
+    gm.Gangs(root=fake(1, 4), dp=fake(0, 2), rdp=fake(), sdp=fake(0, 2), tp=fake(1, 2), pp=fake())
+
+
+def test_gangs_whose_sizes_do_not_make_the_root_are_rejected():
+    with pytest.raises(ValueError, match="but world_size is 4"):
+        gm.Gangs(root=fake(0, 4), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(0, 2), pp=fake())
 
 
 def test_current_gangs_nest_and_are_per_thread():
@@ -51,33 +62,65 @@ def test_current_gangs_nest_and_are_per_thread():
 
 def test_fake_gangs_of_one_process():
     gangs = gm.create_fake_gangs(CPU)
-    assert [gang.size for _, gang in gangs.items()] == [1] * 6
-    assert gangs.mesh is None
+    assert [name for name, _ in gangs.items()] == list(gm.topology.GANG_NAMES)
+    assert all(gang.size == 1 for _, gang in gangs.items())
+    assert gangs.mesh is None and gangs.expert_mesh is None
     gangs.close()
     gangs.close()
+
+
+def test_gangs_by_name_and_alias():
+    with simulate_gangs(16, 13, dp_replicate=2, tp=2, ep=2) as gangs:
+        assert gangs["dp_shard"] is gangs["sdp"] is gangs.sdp
+        assert gangs["dp_replicate"] is gangs.rdp and gangs["root"] is gangs.root
+        assert members(gangs["dp_shard_cp"]) == members(gangs.sdp)
+        assert members(gangs["edp"]) == gangs.plan.group_of(13, "edp")
+        with pytest.raises(ValueError, match="name: expected one of root"):
+            gangs["model"]
+
+
+def test_repr_names_each_gang_its_rank_size_and_members():
+    with simulate_gangs(8, 5, tp=2) as gangs:
+        assert repr(gangs) == (
+            "Gangs(rank 5 of 8: dp 2/4 [1,3,5,7]; sdp 2/4 [1,3,5,7]; tp 1/2 [4,5]; "
+            "size 1: rdp, pp, cp, ep, efsdp, etp, edp)"
+        )
+        assert repr(gangs.tp) == (
+            "ProcessGroupGang(name='tp', rank=1, size=2, global_ranks=[4, 5], backend=fake)"
+        )
+        assert repr(gangs.pp) == "FakeGang(rank=0, size=1, device=cpu)"
 
 
 def test_from_mesh_wraps_a_users_two_dim_mesh_and_fills_the_rest():
     with simulate_gangs(8, 5):
         mesh = init_device_mesh("cpu", (4, 2), mesh_dim_names=("dp", "tp"))
         gangs = gm.Gangs.from_mesh(mesh)
-        assert dist.get_process_group_ranks(gangs.tp.as_process_group()) == [4, 5]
-        assert dist.get_process_group_ranks(gangs.dp.as_process_group()) == [1, 3, 5, 7]
-        assert gangs.sdp is gangs.dp and gangs.rdp.size == 1
+        assert members(gangs.tp) == [4, 5]
+        assert members(gangs.dp) == [1, 3, 5, 7]
+        assert gangs.sdp.as_process_group() is gangs.dp.as_process_group() is mesh.get_group("dp")
+        assert gangs.rdp.size == 1
         assert (gangs.pp.size, gangs.cp.size) == (1, 1)
         assert gangs.mesh is mesh
+        assert gangs.plan == gm.MeshTopology(
+            8, dp_shard=4, tp=2, order="dp_shard,tp,pp,dp_replicate,cp"
+        )
+        gangs.close()
 
 
 def test_from_mesh_flattens_replicate_and_shard_into_dp():
     with simulate_gangs(8, 6):
         mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp_replicate", "dp_shard"))
-        gangs = gm.Gangs.from_mesh(mesh)
-        assert dist.get_process_group_ranks(gangs.sdp.as_process_group()) == [4, 5, 6, 7]
-        assert dist.get_process_group_ranks(gangs.rdp.as_process_group()) == [2, 6]
+        gangs = gm.Gangs.from_mesh(mesh, timeout=timedelta(seconds=42))
+        assert members(gangs.sdp) == [4, 5, 6, 7]
+        assert members(gangs.rdp) == [2, 6]
         assert (gangs.dp.rank, gangs.dp.size) == (6, 8)
+        # The flattened dp spans the world with another timeout: a group of its own.
+        assert gangs.dp.as_process_group() is not gangs.root.as_process_group()
+        (dp,) = [info for info in gangs.communicators() if "dp" in info.gangs]
+        assert dp.timeout == timedelta(seconds=42) and dp.created
 
 
-def test_from_mesh_rejects_unknown_names_and_unnamed_meshes():
+def test_from_mesh_rejects_unknown_names_unnamed_and_scrambled_meshes():
     with simulate_gangs(4, 0):
         with pytest.raises(ValueError, match=r"unknown dimension names \['model'\]"):
             gm.Gangs.from_mesh(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "model")))
@@ -85,10 +128,66 @@ def test_from_mesh_rejects_unknown_names_and_unnamed_meshes():
             gm.Gangs.from_mesh(init_device_mesh("cpu", (4,)))
         with pytest.raises(TypeError, match="mesh: expected a DeviceMesh"):
             gm.Gangs.from_mesh("dp")  # type: ignore[arg-type]
+        scrambled = DeviceMesh(
+            "cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("dp_shard", "tp")
+        )
+        with pytest.raises(ValueError, match=r"mesh: expected ranks 0\.\.3 numbered row-major"):
+            gm.Gangs.from_mesh(scrambled)
+
+
+def test_closing_wrapped_gangs_keeps_the_users_mesh():
+    with simulate_gangs(8, 3):
+        mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp_shard", "tp"))
+        gm.Gangs.from_mesh(mesh).close()
+        assert dist.get_process_group_ranks(mesh.get_group("tp")) == [0, 1, 2, 3]
+        t = torch.ones(1)
+        dist.all_reduce(t, group=mesh.get_group("tp"))
+
+
+def test_closing_gangs_keeps_the_root_and_torch_distributed():
+    with simulate_gangs(8, 3, tp=2) as gangs:
+        again = gm.create_gangs(gangs.root, tp=4)
+        again.close()
+        assert dist.is_initialized()
+        gangs.root.barrier()
+        # The first gangs still work: nothing they use was destroyed.
+        gangs.tp.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
+
+
+def test_refined_gangs_share_groups_and_survive_the_first_closing():
+    with simulate_gangs(8, 5) as root_gangs:
+        parallel = gm.create_parallel_gangs(root_gangs.root, tp_size=2)
+        fsdp = gm.create_fsdp_gangs(parallel, intra_node_size=2)
+        assert fsdp.tp.as_process_group() is parallel.tp.as_process_group()
+        assert fsdp.dp.as_process_group() is parallel.dp.as_process_group()
+        parallel.close()
+        for _, gang in fsdp.items():
+            if gang.size > 1:
+                gang.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
+        assert members(fsdp.sdp) == [5, 7] and members(fsdp.rdp) == [1, 5]
+
+
+def test_one_communicator_per_distinct_rank_set_and_none_of_size_one():
+    with simulate_gangs(8, 5, tp=2) as gangs:
+        report = gangs.communicators()
+        assert [(info.ranks, info.gangs, info.created) for info in report] == [
+            ((4, 5), ("tp",), True),
+            ((1, 3, 5, 7), ("dp_shard", "dp", "dp_shard_cp"), True),
+            ((0, 1, 2, 3, 4, 5, 6, 7), ("root",), False),
+        ]
+        assert {info.timeout for info in report} == {gm.DEFAULT_TIMEOUT}
+
+
+def test_a_dimension_spanning_the_world_shares_the_root_group():
+    with simulate_gangs(8, 2) as gangs:
+        assert gangs.dp.as_process_group() is gangs.root.as_process_group()
+        assert [info.gangs for info in gangs.communicators()] == [
+            ("root", "dp_shard", "dp", "dp_shard_cp")
+        ]
 
 
 def test_create_gangs_needs_the_whole_world_as_root():
-    with simulate_gangs(8, 1) as gangs:
+    with simulate_gangs(8, 1, tp=2) as gangs:
         with pytest.raises(ValueError, match="root_gang: expected the gang of the default"):
             gm.create_gangs(gangs.tp, tp=2)
 
@@ -99,6 +198,12 @@ def test_create_gangs_needs_the_whole_world_as_root():
         (lambda r: gm.create_gangs(r, tp=3), "cannot infer its size"),
         (lambda r: gm.create_gangs(r, tp=-1, pp=-1), "at most one size may be -1"),
         (lambda r: gm.create_gangs(r, timeout=timedelta(0)), "timeout: expected a positive"),
+        (lambda r: gm.create_gangs(r, ep=3), "ep: expected a factor"),
+        (lambda r: gm.create_gangs(r, tp=2, ep=2, etp=4), "etp: expected 1"),
+        (
+            lambda r: gm.create_gangs(r, ep=2, order="tp,cp,pp,dp_replicate,dp_shard"),
+            "order: with ep=2",
+        ),
         (lambda r: gm.create_parallel_gangs(r, tp_size=3), r"tp_size: expected a factor of root"),
         (lambda r: gm.create_parallel_gangs(r, tp_size=0), "tp_size: expected an int >= 1"),
         (
@@ -113,10 +218,14 @@ def test_bad_sizes_are_value_errors_before_any_group_exists(call, needle):
 
 
 def test_closed_gangs_refuse_work_with_a_gang_error():
-    with simulate_gangs(4, 1) as gangs:
+    with simulate_gangs(4, 1, tp=2) as gangs:
         tp = gangs.tp
     with pytest.raises(gm.GangError, match="is closed"):
         tp.as_process_group()
+    with pytest.raises(
+        gm.GangError, match=r"all_reduce: gang 'tp' \(size 2, rank 1, global rank 1\) is closed"
+    ):
+        tp.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
 
 
 def test_setup_root_gang_wraps_an_already_initialised_default_group():
@@ -125,3 +234,5 @@ def test_setup_root_gang_wraps_an_already_initialised_default_group():
         assert isinstance(root, gm.ProcessGroupGang)
         assert (root.rank, root.size) == (9, 16)
         assert root.as_process_group() is gangs.root.as_process_group()
+        root.close()
+        assert dist.is_initialized(), "a wrapped default group is not the wrapper's to destroy"

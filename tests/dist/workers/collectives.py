@@ -1,4 +1,8 @@
-"""Every collective on the root gang and on sub-gangs, 4 processes; results to JSON."""
+"""Every collective on the root gang, on sub-gangs and on mesh gangs, 4 processes; results to JSON.
+
+Group creation is interleaved on purpose: sub-gangs made by parts of the world, then
+create_gangs by all, then sub-gangs of sub-gangs, then create_gangs again.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from common import write_results
 import gangmesh as gm
 
 OPS = list(gm.ReduceOperation)
+CPU = torch.device("cpu")
 
 
 def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
@@ -19,6 +24,11 @@ def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
         t = torch.tensor([global_rank + 1.0, -(global_rank + 1.0)])
         gang.all_reduce(t, op)
         out[f"all_reduce_{op.name}"] = t.tolist()
+        # reduce_scatter: element i of the input is (global rank + 1) * (i + 1).
+        inp = torch.tensor([(global_rank + 1.0) * (i + 1) for i in range(2 * gang.size)])
+        chunk = torch.empty(2)
+        gang.reduce_scatter(chunk, inp, op)
+        out[f"reduce_scatter_{op.name}"] = chunk.tolist()
     inp = torch.tensor([global_rank * 10, global_rank * 10 + 1])
     stacked = torch.empty(gang.size, 2, dtype=inp.dtype)
     gang.all_gather(stacked, inp)
@@ -29,6 +39,17 @@ def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
     out["all_gather_stacked"] = stacked.tolist()
     out["all_gather_flat"] = flat.tolist()
     out["all_gather_to_list"] = [o.tolist() for o in outs]
+    # all_to_all, even: chunk d (two rows) holds 100 * global rank + d.
+    even = torch.tensor([[100.0 * global_rank + d] * 3 for d in range(gang.size) for _ in range(2)])
+    received = torch.empty_like(even)
+    gang.all_to_all(received, even)
+    out["all_to_all_even"] = received[:, 0].tolist()
+    # all_to_all, uneven: d + 1 rows to rank d; rank + 1 rows from every peer.
+    sends = [d + 1 for d in range(gang.size)]
+    uneven = torch.cat([torch.full((n,), 100.0 * global_rank + d) for d, n in enumerate(sends)])
+    received = torch.empty(gang.size * (gang.rank + 1))
+    gang.all_to_all(received, uneven, [gang.rank + 1] * gang.size, sends)
+    out["all_to_all_uneven"] = received.tolist()
     last = gang.size - 1
     t = torch.tensor([float(global_rank)])
     gang.broadcast(t, source_rank=last)
@@ -40,7 +61,27 @@ def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
     out["flag"] = gm.broadcast_flag(gang, global_rank % 2 == 1, source_rank=last)
     out["all_sum"] = gm.all_sum(gang, global_rank).item()
     out["dict"] = gm.all_reduce_dict(gang, {"n": 1, "r": torch.tensor([float(global_rank)])})["n"]
+    out["dict_mean"] = gm.all_reduce_dict(gang, {"n": global_rank + 1}, gm.ReduceOperation.MEAN)["n"]
     out["objects"] = gm.all_gather_objects(gang, {"g": global_rank})
+    return out
+
+
+def identical_inputs(gang: gm.Gang) -> dict[str, object]:
+    """The new ops with the same tensors on every process: what FakeGang must reproduce."""
+    out: dict[str, object] = {}
+    base = torch.arange(2.0 * gang.size) + 1.5
+    for op in OPS:
+        chunk = torch.empty(2)
+        gang.reduce_scatter(chunk, base.clone(), op)
+        out[f"reduce_scatter_{op.name}"] = chunk.tolist()
+    received = torch.empty(2 * gang.size, 2)
+    gang.all_to_all(received, torch.arange(4.0 * gang.size).reshape(-1, 2))
+    out["all_to_all_even"] = received.tolist()
+    splits = [(d * 2 + 1) % 3 for d in range(gang.size)]  # [1, 0, 2, 1] on 4 processes
+    mine = splits[gang.rank]
+    received = torch.empty(mine * gang.size, 2)
+    gang.all_to_all(received, torch.arange(2.0 * sum(splits)).reshape(-1, 2), [mine] * gang.size, splits)
+    out["all_to_all_split"] = received.tolist()
     return out
 
 
@@ -48,6 +89,10 @@ def main() -> None:
     root = gm.setup_root_gang(timeout=timedelta(seconds=60))
     me = root.rank
     results: dict[str, object] = {"root": exercise(root, me)}
+    results["parity"] = {
+        "real": identical_inputs(root),
+        "fake": identical_inputs(gm.FakeGang(CPU, rank=me, size=root.size)),
+    }
     sub = root.create_gang([3, 1, 2])
     results["sub_is_none"] = sub is None
     if sub is not None:
@@ -63,6 +108,23 @@ def main() -> None:
                 t = torch.tensor([float(me)])
                 gang.all_reduce(t, gm.ReduceOperation.SUM)
                 results[name] = t.item()
+    # Everyone again: gangs from one mesh after sub-gangs made by parts of the world.
+    gangs = gm.create_gangs(root, tp=2)
+    results["mesh_tp"] = exercise(gangs.tp, me)
+    results["mesh_dp"] = exercise(gangs.dp, me)
+    lone = gangs.tp.create_gang([1])  # a sub-gang of a mesh gang, by that gang's members
+    if lone is not None:
+        results["lone"] = lone.size
+    if sub is not None:
+        deeper = sub.create_gang([2, 1])  # global [2, 1]: a sub-gang of a sub-gang, again
+        if deeper is not None:
+            t = torch.tensor([float(me)])
+            deeper.all_reduce(t, gm.ReduceOperation.SUM)
+            results["deeper"] = t.item()
+    again = gm.create_gangs(root, dp_replicate=2)
+    t = torch.tensor([float(me)])
+    again.rdp.all_reduce(t, gm.ReduceOperation.SUM)
+    results["again_rdp"] = t.item()
     root.barrier()
     write_results(me, results)
 

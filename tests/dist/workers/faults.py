@@ -3,6 +3,7 @@
     faults.py OUT absent     rank 3 never enters an all_reduce on the sub-gang [1, 2, 3]
     faults.py OUT sigkill    rank 2 is SIGKILLed in the middle of a loop of all_reduces
     faults.py OUT monitored  ranks 2 and 3 skip a monitored barrier
+    faults.py OUT monitored_mesh  rank 3 skips a monitored barrier of its tp gang [2, 3]
 
 Ranks that stay out of a collective meet the others afterwards at a barrier of a group
 with a long timeout, so that the fault is a hang, not a crash.
@@ -28,7 +29,7 @@ LONG = timedelta(seconds=90)
 
 def main() -> None:
     mode = sys.argv[2]
-    root = gm.setup_root_gang(timeout=SHORT, monitored=mode == "monitored")
+    root = gm.setup_root_gang(timeout=SHORT, monitored=mode.startswith("monitored"))
     me = root.rank
     meeting = dist.new_group(timeout=LONG)  # where everyone meets after the fault
     result: dict[str, object] = {"mode": mode}
@@ -49,6 +50,11 @@ def main() -> None:
         elif mode == "monitored" and me not in (2, 3):
             started = time.time()
             root.barrier()
+        elif mode == "monitored_mesh":
+            gangs = gm.create_gangs(root, tp=2)
+            if me != 3:
+                started = time.time()
+                gangs.tp.barrier()
     except gm.GangError as ex:
         result.update(error=str(ex), cause=type(ex.__cause__).__name__, seconds=time.time() - started)
         result["errored_at"] = time.time()

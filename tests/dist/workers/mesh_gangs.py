@@ -1,31 +1,37 @@
-"""Gangs from one DeviceMesh on 8 gloo processes; memberships, collectives, timeouts to JSON."""
+"""Gangs of several layouts on 8 gloo processes: memberships, collectives, timeouts and
+communicators of every gang, written as JSON per rank."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 from common import write_results
 
 import gangmesh as gm
-from gangmesh.gang import group_timeout
+from gangmesh._c10d import group_timeout
+from gangmesh.mesh_build import BUILT_NAMES
 
 TIMEOUT = timedelta(seconds=77)
-LAYOUTS = {
+LAYOUTS: dict[str, dict[str, object]] = {
+    "tp2": {"tp": 2},
+    "hsdp_tp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2},
     "pp2_rep2_tp2": {"pp": 2, "dp_replicate": 2, "tp": 2},
     "cp2_tp2": {"cp": 2, "tp": 2},
+    "ep4": {"dp_shard": 4, "tp": 2, "ep": 4},
+    "ep2_etp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "ep": 2, "etp": 2},
+    "tp_outermost": {"tp": 2, "order": "tp,pp,dp_replicate,dp_shard,cp"},
 }
 
 
 def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
     out: dict[str, object] = {}
-    for name, gang in [("root", gangs.root), *gangs.items()]:
+    for name in ("root", *BUILT_NAMES):
+        gang = gangs[name]
         entry: dict[str, object] = {"rank": gang.rank, "size": gang.size}
-        if gang.supports_process_group:
-            pg = gang.as_process_group()
-            entry["members"] = dist.get_process_group_ranks(pg)
-            entry["timeout"] = (group_timeout(pg, gang.device) or timedelta(0)).total_seconds()
+        if isinstance(gang, gm.ProcessGroupGang):
+            entry["members"] = gang.global_ranks
+            entry["timeout"] = (group_timeout(gang.as_process_group(), gang.device) or timedelta(0)).total_seconds()
         t = torch.tensor([float(me)])
         gang.all_reduce(t, gm.ReduceOperation.SUM)
         entry["sum_of_global_ranks"] = t.item()
@@ -33,6 +39,25 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         gang.broadcast(b, source_rank=gang.size - 1)
         entry["broadcast_from_last"] = b.item()
         out[name] = entry
+    for name in ("ep", "efsdp", "etp"):
+        gang = gangs[name]
+        # Rank d of the gang gets d + 1 rows from every process, each row holding the sender.
+        sends = [d + 1 for d in range(gang.size)]
+        received = torch.empty(gang.size * (gang.rank + 1))
+        gang.all_to_all(received, torch.full((sum(sends),), float(me)), [gang.rank + 1] * gang.size, sends)
+        out[name]["all_to_all"] = received.tolist()
+    out["communicators"] = [
+        {"ranks": list(info.ranks), "gangs": list(info.gangs), "created": info.created}
+        for info in gangs.communicators()
+    ]
+    if gangs.mesh is not None:
+        out["mesh"] = {"names": list(gangs.mesh.mesh_dim_names or ()), "shape": list(gangs.mesh.shape)}
+    if gangs.expert_mesh is not None:
+        out["expert_mesh"] = {
+            "names": list(gangs.expert_mesh.mesh_dim_names or ()),
+            "shape": list(gangs.expert_mesh.shape),
+            "shares_pp": gangs.expert_mesh.get_group("pp") is gangs.mesh.get_group("pp"),  # type: ignore[union-attr]
+        }
     return out
 
 
@@ -40,27 +65,16 @@ def main() -> None:
     root = gm.setup_root_gang(timeout=timedelta(seconds=60))
     me = root.rank
     results: dict[str, object] = {}
-    for label, dims in LAYOUTS.items():
-        gangs = gm.create_gangs(root, timeout=TIMEOUT, **dims)
-        entry = describe(gangs, me)
-        assert gangs.mesh is not None
-        entry["mesh_shape"] = list(gangs.mesh.shape)
-        if dims.get("cp", 1) > 1:
-            flat = gangs.mesh["dp_shard_cp"].get_group()
-            entry["dp_shard_cp"] = {
-                "members": dist.get_process_group_ranks(flat),
-                "timeout": (group_timeout(flat, root.device) or timedelta(0)).total_seconds(),
-            }
-        sub = gangs.tp.create_gang([1]) if gangs.tp.size > 1 else None
-        if sub is not None:
-            sub_timeout = group_timeout(sub.as_process_group(), root.device) or timedelta(0)
-            entry["tp_sub_timeout"] = sub_timeout.total_seconds()
-        results[label] = entry
+    for label, layout in LAYOUTS.items():
+        gangs = gm.create_gangs(root, timeout=TIMEOUT, **layout)  # type: ignore[arg-type]
+        results[label] = describe(gangs, me)
+        gangs.close()
     parallel = gm.create_parallel_gangs(root, tp_size=2)
     results["parallel"] = describe(parallel, me)
     hsdp = gm.create_fsdp_gangs(parallel, intra_node_size=2)
     results["hsdp"] = describe(hsdp, me)
-    results["fsdp"] = describe(gm.create_fsdp_gangs(parallel), me)
+    fsdp = gm.create_fsdp_gangs(parallel)
+    results["fsdp"] = describe(fsdp, me)
     write_results(me, results)
 
 

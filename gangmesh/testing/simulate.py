@@ -9,9 +9,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gangmesh._validate import check_index, check_positive
-from gangmesh.gang import ProcessGroupGang
+from gangmesh import _c10d
+from gangmesh._checks import check_index, check_positive
 from gangmesh.gangs import Gangs, create_gangs
+from gangmesh.process_group_gang import ProcessGroupGang
 
 
 @contextmanager
@@ -21,7 +22,7 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     Initialises torch's "fake" process group (collectives return at once and
     move no data), builds the gangs through :func:`create_gangs` and its real
     DeviceMesh, and tears everything down on exit. ``dims`` are the sizes
-    create_gangs takes (pp, dp_replicate, dp_shard, cp, tp).
+    create_gangs takes (pp, dp_replicate, dp_shard, cp, tp, ep, etp, order, timeout).
 
     >>> with simulate_gangs(4096, 4095, tp=8, pp=4) as gangs:
     ...     (gangs.tp.rank, gangs.pp.rank, gangs.dp.size)
@@ -34,12 +35,11 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     rank = check_index("rank", rank, world_size)
     if dist.is_initialized():
         raise RuntimeError("simulate_gangs: torch.distributed is already initialised here")
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
-    world = dist.group.WORLD
-    assert isinstance(world, dist.ProcessGroup)
-    root = ProcessGroupGang(world, torch.device("cpu"), name="root", owns_group=True)
+    _c10d.ensure_fake_backend()
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    root = ProcessGroupGang.create_default_process_group(
+        torch.device("cpu"), backend="fake", store=store, rank=rank, world_size=world_size
+    )
     try:
         gangs = create_gangs(root, **dims)
     except BaseException:
@@ -50,3 +50,4 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
             yield gangs
     finally:
         gangs.close()
+        root.close()

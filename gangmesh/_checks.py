@@ -1,0 +1,56 @@
+"""Argument checks that need no torch; each error names the argument and what was expected."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class InvalidTypeError(TypeError, ValueError):
+    """An argument of the wrong type.
+
+    It is also a ValueError, so ``except ValueError`` catches every rejected argument.
+    """
+
+
+def is_int(value: object) -> bool:
+    """True for ints and numpy integers, False for bools."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object) -> int:
+    """Return ``value`` as an int; InvalidTypeError naming ``name`` otherwise."""
+    if not is_int(value):
+        raise InvalidTypeError(f"{name}: expected an int, got {value!r}")
+    return int(value)  # type: ignore[call-overload, no-any-return]
+
+
+def check_positive(name: str, value: object) -> int:
+    """Return ``value`` if it is an int >= 1; ValueError/TypeError otherwise."""
+    number = check_int(name, value)
+    if number < 1:
+        raise ValueError(f"{name}: expected an int >= 1, got {number}")
+    return number
+
+
+def check_index(name: str, value: object, size: int) -> int:
+    """Return ``value`` if it is an int in ``[0, size)``."""
+    number = check_int(name, value)
+    if not 0 <= number < size:
+        raise ValueError(f"{name}: expected an int in [0, {size}), got {number}")
+    return number
+
+
+def check_ranks(ranks: Sequence[int], size: int) -> list[int]:
+    """Return ``ranks`` as a list if they are unique ranks of a gang of ``size``."""
+    if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Sequence):
+        raise InvalidTypeError(f"ranks: expected a sequence of ints, got {ranks!r}")
+    checked = [check_index(f"ranks[{i}]", r, size) for i, r in enumerate(ranks)]
+    if not checked:
+        raise ValueError("ranks: expected at least one rank, got an empty sequence")
+    dupes = sorted(r for r, n in Counter(checked).items() if n > 1)
+    if dupes:
+        raise ValueError(f"ranks: expected unique ranks, got duplicates {dupes} in {checked}")
+    return checked

@@ -1,0 +1,201 @@
+"""One communicator per distinct set of ranks: the process groups gangmesh holds in a process.
+
+Gangs that need a group with the same members (in the same order), backend, timeout
+and stream priority share one torch process group. Each holder takes a lease; the
+group is destroyed when the last lease is released, and only if gangmesh created it.
+Groups gangmesh was lent (the default group it wraps, the groups of a user's mesh)
+are never destroyed by it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import NamedTuple
+
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+from gangmesh import _c10d
+
+log = logging.getLogger("gangmesh")
+
+FAKE_TIMEOUT = timedelta(days=1)
+"""Timeout recorded for "fake" groups, whose collectives never wait."""
+
+
+class CommunicatorKey(NamedTuple):
+    """What makes two groups interchangeable."""
+
+    ranks: tuple[int, ...]
+    backend: str
+    timeout: timedelta
+    high_priority: bool
+
+
+@dataclass(frozen=True)
+class CommunicatorInfo:
+    """One communicator of this process: its members, users, backend and timeout."""
+
+    ranks: tuple[int, ...]
+    """Global ranks of the members, in group rank order."""
+    gangs: tuple[str, ...]
+    """Names of the gangs (and mesh dimensions) that share it."""
+    backend: str
+    timeout: timedelta
+    created: bool
+    """True if gangmesh created it; False if it wraps a group it was lent."""
+
+
+@dataclass(eq=False)
+class _Entry:
+    group: ProcessGroup | None
+    key: CommunicatorKey
+    created: bool
+    holders: int = 0
+
+    def __post_init__(self) -> None:
+        _entries.add(self)
+
+
+_entries: weakref.WeakSet[_Entry] = weakref.WeakSet()
+"""Every entry still referenced, so that :func:`forget_all` can drop their groups."""
+
+
+@dataclass
+class Lease:
+    """A hold on a shared group; :meth:`release` gives it back (once)."""
+
+    key: CommunicatorKey
+    _entry: _Entry | None = field(repr=False)
+    _registry: Registry = field(repr=False)
+
+    @property
+    def group(self) -> ProcessGroup:
+        """The group held.
+
+        :raises RuntimeError: the lease was released, or torch.distributed shut down.
+        """
+        group = None if self._entry is None else self._entry.group
+        if group is None:
+            raise RuntimeError(f"the group of ranks {self.key.ranks} is no longer held")
+        return group
+
+    def release(self) -> None:
+        """Give the group back; destroy it if this was the last lease on a created group."""
+        entry, self._entry = self._entry, None
+        if entry is None:
+            return
+        entry.holders -= 1
+        if entry.holders == 0:
+            self._registry.forget(entry)
+
+
+class Registry:
+    """The groups of one default process group, keyed by what makes them interchangeable."""
+
+    def __init__(self, world: ProcessGroup | None) -> None:
+        self.world = world
+        self._entries: dict[CommunicatorKey, _Entry] = {}
+
+    def acquire(self, key: CommunicatorKey) -> Lease:
+        """A lease on the group for ``key``, created by this call if there is none yet.
+
+        Every member of ``key.ranks`` calls it in the same order; no other process does.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _Entry(self._create(key), key, created=True)
+            self._entries[key] = entry
+        entry.holders += 1
+        return Lease(key, entry, self)
+
+    def lend(self, group: ProcessGroup, key: CommunicatorKey) -> Lease:
+        """A lease on a group gangmesh was lent; other gangs with ``key`` will share it."""
+        entry = self._entries.get(key)
+        if entry is None or entry.group is not group:
+            entry = _Entry(group, key, created=False)
+            self._entries.setdefault(key, entry)
+        entry.holders += 1
+        return Lease(key, entry, self)
+
+    def created(self, group: ProcessGroup) -> bool:
+        """Whether gangmesh created ``group`` (False for groups it was lent or does not know)."""
+        return any(e.group is group and e.created for e in self._entries.values())
+
+    def forget(self, entry: _Entry) -> None:
+        """Drop an entry nobody holds; destroy its group if gangmesh created it."""
+        if self._entries.get(entry.key) is entry:
+            del self._entries[entry.key]
+        group, entry.group = entry.group, None
+        if group is not None and entry.created and self.world is dist.group.WORLD is not None:
+            try:
+                dist.destroy_process_group(group)
+            except (RuntimeError, ValueError) as ex:
+                log.debug("destroying the group of ranks %s failed: %s", entry.key.ranks, ex)
+
+    def _create(self, key: CommunicatorKey) -> ProcessGroup:
+        if key.backend == "fake":
+            _c10d.ensure_fake_backend()
+        name = _group_name(key)
+        log.debug("creating a %s group of ranks %s", key.backend, key.ranks)
+        return _c10d.new_group_named(
+            list(key.ranks),
+            name,
+            backend=key.backend,
+            timeout=key.timeout,
+            options=_c10d.backend_options(key.backend, key.timeout, key.high_priority),
+        )
+
+
+_generations: Counter[tuple[tuple[int, ...], str]] = Counter()
+_current: Registry = Registry(None)
+
+
+def _group_name(key: CommunicatorKey) -> int:
+    """A name the members of a new group agree on, never used before in this process.
+
+    The members made the same groups before (they call create_gangs and create_gang
+    together), so they count the same number of earlier groups with these ranks.
+    """
+    generation = _generations[key.ranks, key.backend]
+    _generations[key.ranks, key.backend] += 1
+    text = f"{','.join(map(str, key.ranks))}|{key.backend}|{generation}"
+    digest = int(hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:15], 16)
+    return 2**62 + digest
+
+
+def _registry() -> Registry:
+    """The registry of the current default group; a new one once that group changed."""
+    global _current
+    world = dist.group.WORLD if dist.is_initialized() else None
+    if _current.world is not world:
+        _current = Registry(world)
+    return _current
+
+
+def forget_all() -> None:
+    """Drop every reference to a group without destroying it (torch.distributed is down)."""
+    global _current
+    for entry in list(_entries):
+        entry.group = None
+    _current = Registry(None)
+
+
+def acquire(key: CommunicatorKey) -> Lease:
+    """A lease on the shared group for ``key`` (see :meth:`Registry.acquire`)."""
+    return _registry().acquire(key)
+
+
+def lend(group: ProcessGroup, key: CommunicatorKey) -> Lease:
+    """A lease on a group gangmesh was lent (see :meth:`Registry.lend`)."""
+    return _registry().lend(group, key)
+
+
+def created_by_gangmesh(group: ProcessGroup) -> bool:
+    """Whether gangmesh created ``group``."""
+    return _registry().created(group)

@@ -1,0 +1,155 @@
+"""Which gangs of a plan cross node boundaries, why it matters and what would keep them local.
+
+Nodes hold ``ranks_per_node`` consecutive ranks (torchrun and SLURM number ranks so).
+The gangs that carry the most traffic should stay on one node first: tp, then cp, then
+ep; with HSDP (dp_replicate > 1) also dp_shard, since the replicas are the gangs meant
+to cross. pp and dp_replicate groups are expected to cross nodes and are not checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gangmesh._checks import check_positive
+
+if TYPE_CHECKING:
+    from gangmesh.topology import MeshTopology, View
+
+LOCALITY_PRIORITY: tuple[str, ...] = ("tp", "etp", "cp", "ep", "dp_shard", "efsdp")
+"""Dimensions that want to stay on one node, most important first."""
+
+SPREADING_OK: tuple[str, ...] = ("cp", "ep")
+"""Dimensions that may span nodes when they are larger than the room a node leaves them."""
+
+
+@dataclass(frozen=True)
+class LocalityFinding:
+    """A gang that crosses node boundaries.
+
+    ``avoidable`` findings point at a size or an order to change; the others say
+    that the dimensions inside the gang already fill a node, so it has to cross.
+    """
+
+    dim: str
+    group: list[int]
+    nodes: list[int]
+    message: str
+    avoidable: bool = True
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_ranks_per_node(world_size: int, ranks_per_node: int) -> int:
+    """``ranks_per_node`` if nodes of that size can hold the world; ValueError otherwise."""
+    per_node = check_positive("ranks_per_node", ranks_per_node)
+    if per_node < world_size and world_size % per_node:
+        raise ValueError(
+            f"ranks_per_node: expected a factor of world_size {world_size} (every node holds "
+            f"the same number of ranks), got {per_node}"
+        )
+    return per_node
+
+
+def checked_dims(plan: MeshTopology) -> list[str]:
+    """The dimensions whose groups :func:`find_crossings` checks, for this plan."""
+    hsdp = plan.size_of("dp_replicate") > 1
+    return [
+        name
+        for name in ("tp", "cp", "ep", "dp_shard")
+        if plan.size_of(name) > 1 and (name != "dp_shard" or hsdp)
+    ]
+
+
+def find_crossings(plan: MeshTopology, ranks_per_node: int) -> list[LocalityFinding]:
+    """Every checked dimension whose groups cross nodes, with the reason and the fix.
+
+    Raises ValueError if ``ranks_per_node`` does not divide the world size.
+    """
+    per_node = check_ranks_per_node(plan.world_size, ranks_per_node)
+    findings = []
+    for name in checked_dims(plan):
+        groups = plan.groups(name)
+        nodes = groups // per_node
+        crossing = nodes.min(axis=1) != nodes.max(axis=1)
+        if crossing.any():
+            index = int(np.argmax(crossing))
+            view = plan.view(expert=name == "ep")
+            assert view is not None
+            avoidable, advice = _advice(name, view, per_node)
+            message = (
+                f"{name}: {int(crossing.sum())} of {len(groups)} groups span nodes, e.g. "
+                f"{_short(groups[index].tolist())} on nodes {sorted(set(nodes[index].tolist()))}; "
+                f"{advice}"
+            )
+            group, touched = groups[index].tolist(), sorted(set(nodes[index].tolist()))
+            findings.append(LocalityFinding(name, group, touched, message, avoidable))
+    return findings
+
+
+def _advice(name: str, view: View, per_node: int) -> tuple[bool, str]:
+    """Whether the crossing can be avoided, and the sentence that says why and how."""
+    position = view.names.index(name)
+    inside = [n for n, s in zip(view.names[position + 1 :], view.sizes[position + 1 :], strict=True)
+              if s > 1]  # fmt: skip
+    lower = [n for n in inside if _priority(n) > _priority(name)]
+    inner = math.prod(view.size(n) for n in inside)
+    block = inner * view.size(name)
+    what = _traffic(name)
+    if lower:
+        return True, (
+            f"{' and '.join(lower)} {'lie' if len(lower) > 1 else 'lies'} inside {name} in "
+            f"the order, so {what} strides across nodes; put {name} inside "
+            f"{' and '.join(lower)} (--order)"
+        )
+    if inside and inner >= per_node:
+        held = " * ".join(f"{n}={view.size(n)}" for n in inside)
+        return False, (
+            f"{held} already {'fill' if len(inside) > 1 else 'fills'} a node of {per_node} "
+            f"ranks, so {name} has to cross nodes; "
+            f"nothing to change unless those sizes shrink"
+        )
+    if block <= per_node:
+        return True, (
+            f"{name}={view.size(name)} fits in a node of {per_node} ranks, but its {block}-rank "
+            f"blocks are not aligned to nodes; make {per_node} a multiple of {block} "
+            f"(e.g. {name}={_largest_factor(per_node // inner, view.size(name))})"
+        )
+    room = per_node // inner
+    if name in SPREADING_OK:
+        return False, (
+            f"{name}={view.size(name)} is larger than the {room} ranks a node leaves it, so "
+            f"{what} crosses nodes; expected at this size"
+        )
+    fix = f"lower {name} to {room} or less" + (
+        " and raise dp_replicate to match" if name == "dp_shard" else ""
+    )
+    return True, f"{name}={view.size(name)} needs more than a node of {per_node} ranks; {fix}"
+
+
+def _priority(name: str) -> int:
+    return LOCALITY_PRIORITY.index(name) if name in LOCALITY_PRIORITY else len(LOCALITY_PRIORITY)
+
+
+def _traffic(name: str) -> str:
+    return {
+        "tp": "tensor-parallel traffic (every layer)",
+        "cp": "context-parallel traffic",
+        "ep": "expert all-to-all traffic",
+        "dp_shard": "FSDP all-gather and reduce-scatter traffic",
+    }.get(name, f"{name} traffic")
+
+
+def _largest_factor(limit: int, size: int) -> int:
+    """The largest factor of ``limit`` that is at most ``size``."""
+    return max(f for f in range(1, min(limit, size) + 1) if limit % f == 0)
+
+
+def _short(group: list[int], limit: int = 8) -> str:
+    if len(group) <= limit:
+        return str(group)
+    return "[" + ", ".join(map(str, group[:limit])) + f", ... ({len(group)} ranks)]"

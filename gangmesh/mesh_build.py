@@ -1,0 +1,161 @@
+"""Build the gangs and DeviceMeshes of a plan, one communicator per distinct set of ranks."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+from torch.distributed.device_mesh import DeviceMesh
+
+from gangmesh import _c10d
+from gangmesh.communicators import FAKE_TIMEOUT, CommunicatorKey, Lease, acquire, lend
+from gangmesh.fake_gang import FakeGang
+from gangmesh.gang import Gang, GangError
+from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology, View
+
+log = logging.getLogger("gangmesh")
+
+BUILT_NAMES: tuple[str, ...] = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED)
+"""Every gang a Gangs holds besides root: each dimension and each flattened dimension."""
+
+
+@dataclass
+class Built:
+    """What building a plan gives one process."""
+
+    gangs: dict[str, Gang]
+    mesh: DeviceMesh | None = None
+    expert_mesh: DeviceMesh | None = None
+    leases: list[Lease] = field(default_factory=list)
+    """Groups the meshes use beyond the gangs' own (the root's, one-process ones)."""
+
+
+def fake_gangs(root: Gang, plan: MeshTopology) -> Built:
+    """FakeGangs with the ranks and sizes ``plan`` gives the root gang's rank."""
+    rank = root.rank
+    gangs: dict[str, Gang] = {
+        name: FakeGang(root.device, rank=plan.rank_in(rank, name), size=plan.size_of(name))
+        for name in BUILT_NAMES
+    }
+    return Built(gangs)
+
+
+def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Built:
+    """The gangs and meshes of ``root``'s rank; every process of the job calls it.
+
+    A set of ranks that several dimensions share (or the whole world, or a group
+    an earlier Gangs holds) gets one communicator; a dimension of size 1 gets a
+    FakeGang and, in the mesh, a one-process group of torch's "fake" backend.
+
+    :raises GangError: a process group or a mesh cannot be created.
+    """
+    built = _gangs(root, plan, {}, timeout)
+    try:
+        lone = acquire(CommunicatorKey((dist.get_rank(),), "fake", FAKE_TIMEOUT, False))
+        built.leases.append(lone)
+        dense, expert = plan.view(), plan.view(expert=True)
+        assert dense is not None
+        built.mesh = _mesh(root.device, dense, built.gangs, lone.group)
+        if expert is not None:
+            built.expert_mesh = _mesh(root.device, expert, built.gangs, lone.group)
+    except (RuntimeError, ValueError) as ex:
+        release(built)
+        raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
+    log.debug("rank %d: gangs of %s built", root.rank, plan)
+    return built
+
+
+def wrap(
+    root: ProcessGroupGang,
+    plan: MeshTopology,
+    groups: dict[str, ProcessGroup],
+    timeout: timedelta,
+) -> Built:
+    """Gangs over the groups of meshes a user built; only missing groups are created.
+
+    ``groups`` maps each dimension of ``plan`` that a user's mesh has to its group.
+    Those groups are lent to gangmesh: closing the gangs never destroys them.
+
+    :raises GangError: a flattened group cannot be created.
+    """
+    return _gangs(root, plan, groups, timeout)
+
+
+def _gangs(
+    root: ProcessGroupGang,
+    plan: MeshTopology,
+    lent: dict[str, ProcessGroup],
+    timeout: timedelta,
+) -> Built:
+    """A gang per name of BUILT_NAMES: over a lent group with its members, over the root's
+    group when it spans the world with the same timeout, else over a shared group created
+    with ``timeout``."""
+    backend = dist.get_backend(root.as_process_group())
+    rank = root.rank
+    pool = {tuple(dist.get_process_group_ranks(group)): group for group in lent.values()}
+    if timeout == root.timeout:
+        pool.setdefault(tuple(range(root.size)), root.as_process_group())
+    built = Built({})
+    try:
+        for name in BUILT_NAMES:
+            ranks = tuple(plan.group_of(rank, name))
+            if len(ranks) == 1:
+                built.gangs[name] = FakeGang(root.device)
+                continue
+            group = pool.get(ranks)
+            if group is not None:
+                actual = _c10d.group_timeout(group, root.device) or timeout
+                lease = lend(group, CommunicatorKey(ranks, backend, actual, root.high_priority))
+            else:
+                lease = acquire(CommunicatorKey(ranks, backend, timeout, root.high_priority))
+            built.gangs[name] = ProcessGroupGang._leased(
+                lease,
+                root.device,
+                name=name,
+                monitored=root.monitored,
+                high_priority=root.high_priority,
+            )
+    except (RuntimeError, ValueError) as ex:
+        release(built)
+        raise GangError(f"creating the gangs of {plan} failed on rank {rank}: {ex}") from ex
+    return built
+
+
+def release(built: Built) -> None:
+    """Close every gang of ``built`` and give back the meshes' leases."""
+    for gang in built.gangs.values():
+        gang.close()
+    for lease in built.leases:
+        lease.release()
+
+
+def _mesh(
+    device: torch.device, view: View, gangs: dict[str, Gang], lone: ProcessGroup
+) -> DeviceMesh:
+    """A DeviceMesh of ``view`` over the gangs' groups, with its flattened dimensions."""
+
+    def group(name: str) -> ProcessGroup:
+        gang = gangs[name]
+        return gang.as_process_group() if gang.supports_process_group else lone
+
+    world = int(np.prod(view.sizes))
+    mesh = DeviceMesh.from_group(
+        [group(name) for name in view.names],
+        device.type,
+        mesh=torch.arange(world, dtype=torch.int).reshape(view.sizes),
+        mesh_dim_names=view.names,
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flattened dim.*")
+        for name, dims in FLATTENED.items():
+            if set(dims) <= set(view.names):
+                ordered = tuple(sorted(dims, key=view.names.index))
+                _c10d.register_flattened(mesh, name, ordered, group(name))
+    return mesh

@@ -1,0 +1,96 @@
+"""Read the plan of DeviceMeshes a user built, and check that they number ranks as it does."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed import ProcessGroup
+from torch.distributed.device_mesh import DeviceMesh
+
+from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, MeshTopology
+
+
+def read_meshes(
+    mesh: DeviceMesh, expert_mesh: DeviceMesh | None
+) -> tuple[MeshTopology, dict[str, ProcessGroup]]:
+    """The plan of a dense mesh (and an expert one), and plan dimension -> group.
+
+    The dense mesh has names among pp, dp_replicate, dp_shard, cp, tp in any order,
+    or a single data dimension "dp" (read as dp_shard); missing dimensions have size
+    1. The expert mesh has names among pp, dp_replicate, efsdp, ep, etp.
+
+    :raises ValueError: unknown or missing names, or meshes that do not number the
+        ranks row-major as the plan does.
+    """
+    dense = _dims_of("mesh", mesh, (*DENSE_DIMS, "dp"))
+    if "dp" in dense:
+        if {"dp_shard", "dp_replicate"} & set(dense):
+            raise ValueError(
+                f"mesh: a dimension named 'dp' cannot go with dp_shard or dp_replicate, "
+                f"got {tuple(dense)}"
+            )
+        dense = {("dp_shard" if name == "dp" else name): size for name, size in dense.items()}
+    expert = (
+        {}
+        if expert_mesh is None
+        else _dims_of("expert_mesh", expert_mesh, (*SHARED_DIMS, *EXPERT_DIMS))
+    )
+    plan = MeshTopology(
+        mesh.size(),
+        **{name: dense.get(name, 1) for name in DENSE_DIMS},
+        ep=expert.get("ep", 1),
+        etp=expert.get("etp", 1),
+        order=[*dense, *(name for name in DENSE_DIMS if name not in dense)],
+    )
+    _check_row_major("mesh", mesh, plan)
+    groups = {
+        ("dp_shard" if name == "dp" else name): mesh.get_group(name)
+        for name in mesh.mesh_dim_names or ()
+    }
+    if expert_mesh is not None:
+        _check_expert_mesh(expert_mesh, expert, plan)
+        groups.update(
+            (name, expert_mesh.get_group(name))
+            for name in expert_mesh.mesh_dim_names or ()
+            if name in EXPERT_DIMS
+        )
+    return plan, groups
+
+
+def _dims_of(argument: str, mesh: DeviceMesh, known: tuple[str, ...]) -> dict[str, int]:
+    """Dimension name -> size of a user's mesh; ValueError for missing or unknown names."""
+    names = mesh.mesh_dim_names
+    if not names:
+        raise ValueError(f"{argument}: expected dimension names among {known}, got none")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(
+            f"{argument}: unknown dimension names {unknown}; expected names among {known}"
+        )
+    return dict(zip(names, mesh.shape, strict=True))
+
+
+def _check_row_major(
+    argument: str, mesh: DeviceMesh, plan: MeshTopology, expert: bool = False
+) -> None:
+    """Raise unless ``mesh`` numbers the ranks row-major, as the plan does."""
+    shape = plan.expert_shape if expert else plan.shape
+    expected = torch.arange(plan.world_size).reshape(shape or ())
+    if mesh.mesh.reshape(-1).tolist() != expected.reshape(-1).tolist():
+        raise ValueError(
+            f"{argument}: expected ranks 0..{plan.world_size - 1} numbered row-major over its "
+            f"dimensions, as init_device_mesh does; got {mesh.mesh.tolist()}"
+        )
+
+
+def _check_expert_mesh(mesh: DeviceMesh, dims: dict[str, int], plan: MeshTopology) -> None:
+    """Raise unless the expert mesh is the expert view of the dense plan."""
+    view = plan.expert_dims
+    if view is None:
+        raise ValueError(f"expert_mesh: expected an 'ep' dimension of size > 1, got {dims}")
+    names = [name for name in view if view[name] > 1 or name in dims]
+    if list(dims) != names or any(dims[name] != view[name] for name in dims):
+        raise ValueError(
+            f"expert_mesh: expected the dimensions {dict((n, view[n]) for n in names)} (the "
+            f"expert view of the dense mesh, outermost first), got {dims}"
+        )
+    _check_row_major("expert_mesh", mesh, plan, expert=True)

@@ -1,0 +1,43 @@
+"""Every object closes exactly what it created, on 4 real gloo processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dist.launch import every_rank_results
+
+pytestmark = pytest.mark.dist
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return every_rank_results("ownership.py", WORLD, tmp_path_factory.mktemp("ownership"))
+
+
+def test_a_wrapped_user_mesh_keeps_working_after_close(results):
+    for me in range(WORLD):
+        tp = [me - me % 2, me - me % 2 + 1]
+        assert results[me]["user_tp_after_close"] == sum(tp)
+        # root, tp and dp_shard are the user's (or torch's); none was created by gangmesh.
+        assert results[me]["wrapped_created"] == [False, False, False]
+
+
+def test_closing_gangs_leaves_the_default_group(results):
+    for me in range(WORLD):
+        assert results[me]["initialised_after_close"] is True
+        assert results[me]["mesh_after_close"] == 4.0
+
+
+def test_refined_gangs_share_groups_and_outlive_the_first(results):
+    for me in range(WORLD):
+        got = results[me]
+        assert got["shared_with_first"] == ["dp", "rdp", "tp"]
+        tp, dp = [me - me % 2, me - me % 2 + 1], [me % 2, me % 2 + 2]
+        assert got["second_after_first_closed"] == {
+            "root": 6.0, "dp": sum(dp), "rdp": sum(dp), "tp": sum(tp),
+        }  # fmt: skip
+        assert got["communicators"] == sorted([tp, dp]) + [[0, 1, 2, 3]]
+    sums = {results[me]["fsdp_grad_sum"] for me in range(WORLD)}
+    assert len(sums) == 1, "every process holds the same full gradient"

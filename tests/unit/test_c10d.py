@@ -1,0 +1,91 @@
+"""The torch internals gangmesh relies on behave as it expects, on this torch version.
+
+Each test pins one helper of gangmesh._c10d (or gangmesh._backend) to what torch does, so
+that a torch release that moves them fails here, not as a hang in a multi-process job.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+from gangmesh import _backend, _c10d
+from gangmesh.gang import ReduceOperation
+
+
+@pytest.fixture
+def gloo_world():
+    """A real gloo default group of one process, torn down after the test."""
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=33)
+    )
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def test_a_named_group_gets_the_name_and_leaves_torchs_counter_alone(gloo_world):
+    world = dist.distributed_c10d._world
+    before = world.group_count
+    group = _c10d.new_group_named(
+        [0],
+        2**62 + 7,
+        backend="gloo",
+        timeout=timedelta(seconds=21),
+        options=_c10d.backend_options("gloo", timedelta(seconds=21)),
+    )
+    assert group.group_name == str(2**62 + 7)
+    assert world.group_count == before
+    assert _c10d.group_timeout(group, torch.device("cpu")) == timedelta(seconds=21)
+    assert _c10d.group_timeout(gloo_world, torch.device("cpu")) == timedelta(seconds=33)
+    # torch's own job-wide naming carries on where it was.
+    assert dist.new_group([0]).group_name == str(before)
+
+
+@pytest.mark.filterwarnings("ignore:Slicing a flattened dim")
+def test_flattened_dimensions_use_the_group_given(gloo_world):
+    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("a", "b"))
+    group = dist.new_group([0])
+    _c10d.register_flattened(mesh, "ab", ("a", "b"), group)
+    assert mesh["ab"].get_group() is group
+    assert mesh["a", "b"].get_group("a") is mesh.get_group("a")
+
+
+def test_the_fake_backend_registers_and_reports_no_timeout(gloo_world):
+    _c10d.ensure_fake_backend()
+    fake = dist.new_group([0], backend="fake")
+    assert dist.get_backend(fake) == "fake"
+    assert _c10d.group_timeout(fake, torch.device("cpu")) is None
+
+
+def test_undecorated_collectives_are_torchs_functions(gloo_world):
+    all_reduce = _c10d.undecorated(dist.all_reduce)
+    tensor = torch.ones(2)
+    all_reduce(tensor, dist.ReduceOp.SUM, gloo_world)
+    assert tensor.tolist() == [1.0, 1.0]
+    assert all_reduce.__name__ == "all_reduce"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64])
+def test_backend_calls_give_what_torchs_functions_give(gloo_world, dtype):
+    """Plain tensors go straight to the backend, the others through torch: same results."""
+    tensor = torch.arange(4).to(dtype)
+    assert _backend.plain(tensor) == (not dtype.is_complex)
+    assert not _backend.plain(torch.zeros(1, dtype=torch.float8_e4m3fn))
+    out = torch.zeros(4, dtype=dtype)
+    _backend.all_gather_single(gloo_world, out, tensor)
+    assert torch.equal(out, tensor)
+    _backend.all_reduce(gloo_world, out, ReduceOperation.SUM)
+    _backend.broadcast(gloo_world, out, 0)
+    _backend.all_to_all_single(gloo_world, out, tensor, [4], [4])
+    assert torch.equal(out, tensor)
+    outs = [torch.zeros(4, dtype=dtype)]
+    _backend.all_gather(gloo_world, outs, tensor)
+    assert torch.equal(outs[0], tensor)
+    if not dtype.is_complex:
+        scattered = torch.zeros(4, dtype=dtype)
+        _backend.reduce_scatter_single(gloo_world, scattered, tensor, ReduceOperation.MAX)
+        assert torch.equal(scattered, tensor)
