@@ -19,13 +19,14 @@ from gangmesh.check import (
     parse_sizes,
     summarize,
 )
+from gangmesh.environment import read_launch_environment
 from gangmesh.gang import Gang, GangError
 from gangmesh.gangs import create_gangs
 from gangmesh.launch import run_local_workers
 from gangmesh.ops import broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.render import findings_text
-from gangmesh.setup import read_launch_environment, setup_root_gang
+from gangmesh.setup import setup_root_gang
 from gangmesh.topology import MeshTopology
 
 

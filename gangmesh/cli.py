@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from gangmesh.environment import read_launch_environment
 from gangmesh.render import plan_json, plan_svg, plan_table
-from gangmesh.setup import read_launch_environment
 from gangmesh.topology import MeshTopology
 
 USAGE_ERROR = 2
