@@ -77,6 +77,14 @@ def _without_init_barrier() -> Iterator[None]:
             os.environ["TORCH_DIST_INIT_BARRIER"] = saved
 
 
+def default_store() -> Any:
+    """The store torch's default process group was created with.
+
+    Public alternative: none; init_process_group keeps the store it made to itself.
+    """
+    return dist.distributed_c10d._get_default_store()
+
+
 def backend_options(backend: str, timeout: timedelta, high_priority: bool = False) -> Any | None:
     """Backend options carrying ``timeout`` (and NCCL's high-priority streams).
 

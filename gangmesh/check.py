@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -186,7 +188,7 @@ def summarize(
             slowest = max(times)
             busbw = bus_bandwidth(s, slowest, size)
             row += f"  {slowest * 1e6:>12.1f} {busbw:>10.3f}"
-            entry["sizes"][s] = {"latency_s": slowest, "busbw_gbps": busbw}
+            entry["sizes"][s] = {"latency_us": slowest * 1e6, "busbw_GB_per_s": busbw}
         lines.append(row)
         summary["gangs"][name] = entry
     counts = [reports[0].communicators for reports in everything]
@@ -205,6 +207,44 @@ def _size_text(size: int) -> str:
         if size % _UNITS[unit] == 0:
             return f"{size // _UNITS[unit]}{unit}"
     return f"{size}B"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one rank runs: its host, and its node as the launcher numbers nodes."""
+
+    host: str
+    node: int
+
+
+def this_placement(rank: int, local_world_size: int) -> Placement:
+    """This process's host and node: GROUP_RANK (torchrun), SLURM_NODEID, else from the rank."""
+    for name in ("GROUP_RANK", "SLURM_NODEID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return Placement(socket.gethostname(), int(value))
+    return Placement(socket.gethostname(), rank // max(1, local_world_size))
+
+
+def nodes_text(placements: list[Placement]) -> tuple[str, list[str]]:
+    """A line per node with its host and ranks, and problems for nodes whose ranks are not
+    one consecutive block (the layout's locality assumes they are)."""
+    by_node: dict[int, list[int]] = {}
+    for rank, placement in enumerate(placements):
+        by_node.setdefault(placement.node, []).append(rank)
+    lines, problems = [], []
+    for node, ranks in sorted(by_node.items()):
+        span = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+        consecutive = ranks == list(range(ranks[0], ranks[-1] + 1))
+        lines.append(
+            f"  node {node} on {placements[ranks[0]].host}: ranks "
+            + (span if consecutive else ", ".join(map(str, ranks)))
+        )
+        if not consecutive:
+            problems.append(f"node {node}: ranks {ranks} are not consecutive")
+    counts = " / ".join(sorted({str(len(ranks)) for ranks in by_node.values()}))
+    header = f"nodes: {len(by_node)}, {counts} ranks each"
+    return "\n".join([header, *lines]), problems
 
 
 def describe_failure(ex: GangError, rank: int) -> str:

@@ -13,17 +13,20 @@ import torch
 
 from gangmesh.check import (
     GangReport,
+    Placement,
     check_gangs,
     describe_failure,
     gather_reports,
+    nodes_text,
     parse_sizes,
     summarize,
+    this_placement,
 )
 from gangmesh.environment import read_launch_environment
 from gangmesh.gang import Gang, GangError
 from gangmesh.gangs import create_gangs
 from gangmesh.launch import run_local_workers
-from gangmesh.ops import broadcast_flag
+from gangmesh.ops import all_gather_objects, broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.render import findings_text
 from gangmesh.setup import setup_root_gang
@@ -36,6 +39,9 @@ def check_locally(args: argparse.Namespace, dims: dict[str, Any], argv: list[str
         raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
     MeshTopology(args.nproc, **dims)
     parse_sizes(args.sizes)
+    noun = "process" if args.nproc == 1 else "processes"
+    print(f"gangmesh check: starting {args.nproc} local {noun} (gloo on 127.0.0.1)...",
+          file=sys.stderr, flush=True)  # fmt: skip
     exits = run_local_workers(args.nproc, argv, timeout=args.timeout)
     failed = [e for e in exits if e.returncode != 0]
     if not failed:
@@ -59,15 +65,20 @@ def check_as_rank(args: argparse.Namespace, dims: dict[str, Any]) -> int:
     root = _root_gang(args.init_method, timeout)
     rank = root.rank
     try:
+        if rank == 0:
+            up = "1 process is" if root.size == 1 else f"{root.size} processes are"
+            print(f"gangmesh check: {up} up; building the gangs...", file=sys.stderr, flush=True)
         plan = MeshTopology(root.size, **dims)
         gangs = create_gangs(root, **dims, timeout=timeout)
         if args.inject_exit_rank == rank:
             os._exit(3)  # a crash, for fault-injection tests: no cleanup, no goodbye
+        per_node = args.ranks_per_node or _ranks_per_node(args) or root.size
+        placements = all_gather_objects(root, this_placement(rank, per_node))
         reports = check_gangs(gangs, plan, sizes, args.iters)
         everything = gather_reports(gangs, reports)
         passed = True
         if everything is not None:
-            passed = _report(args, root, plan, everything, sizes)
+            passed = _report(args, root, plan, everything, sizes, placements)
         return 0 if broadcast_flag(root, passed) else 1
     except GangError as ex:
         sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")
@@ -92,24 +103,41 @@ def _report(
     plan: MeshTopology,
     everything: list[list[GangReport]],
     sizes: list[int],
+    placements: list[Placement],
 ) -> bool:
-    """Print the table, findings and verdict on rank 0; write the JSON. True if all passed."""
+    """Print the table, nodes, findings and verdict on rank 0; write the JSON.
+
+    True if every gang matched the plan.
+    """
     table, failures, summary = summarize(plan, everything, sizes)
     layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
-    print(f"gangmesh check: {plan.world_size} processes on {root.device.type}, {layout}")
-    print(table, end="")
-    per_node = args.ranks_per_node or _ranks_per_node(args)
-    if per_node:
-        print("\n".join(findings_text(plan.check_locality(per_node))))
+    noun = "process" if plan.world_size == 1 else "processes"
+    out = sys.stdout if args.json != "-" else sys.stderr
+    print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}, {layout}", file=out)
+    print(table, end="", file=out)
+    nodes, node_problems = nodes_text(placements)
+    print(nodes, file=out)
+    failures.extend(node_problems)
+    per_node = max(placements.count(p) for p in placements)
+    findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
+    print("\n".join(findings_text(findings)), file=out)
+    summary["nodes"] = [{"host": p.host, "node": p.node} for p in placements]
+    summary["locality_findings"] = [
+        {"dim": f.dim, "group": f.group, "nodes": f.nodes, "avoidable": f.avoidable,
+         "message": f.message} for f in findings
+    ]  # fmt: skip
     if failures:
-        print(f"FAILED: {len(failures)} problem(s)")
+        print(f"FAILED: {len(failures)} problem(s)", file=out)
         for failure in failures:
-            print(f"  - {failure}")
+            print(f"  - {failure}", file=out)
     else:
-        print(f"PASSED: every gang of {plan.world_size} processes matches the plan")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(summary, out, indent=1)
+        print(f"PASSED: every gang of {plan.world_size} {noun} matches the plan", file=out)
+    if args.json == "-":
+        json.dump(summary, sys.stdout, indent=1)
+        print()
+    elif args.json:
+        with open(args.json, "w", encoding="utf-8") as report:
+            json.dump(summary, report, indent=1)
     return not failures
 
 

@@ -19,6 +19,10 @@ class LaunchEnvironment:
     local_world_size: int
     master_addr: str
     master_port: int
+    restart_count: int = 0
+    """How many times torchrun restarted the job before this attempt."""
+    agent_store: bool = False
+    """Whether torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT (else rank 0 does)."""
 
     @property
     def init_method(self) -> str:
@@ -55,7 +59,15 @@ def _read_torchrun(env: Mapping[str, str]) -> LaunchEnvironment:
         raise ValueError("MASTER_ADDR: not set; expected the address of rank 0 for WORLD_SIZE > 1")
     master_port = _int_var(env, "MASTER_PORT", minimum=1, default=29500)
     return LaunchEnvironment(
-        "torchrun", rank, world_size, local_rank, local_world_size, master_addr, master_port
+        "torchrun",
+        rank,
+        world_size,
+        local_rank,
+        local_world_size,
+        master_addr,
+        master_port,
+        restart_count=_int_var(env, "TORCHELASTIC_RESTART_COUNT", minimum=0, default=0),
+        agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
     )
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from types import TracebackType
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -19,6 +21,7 @@ from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.mesh_read import read_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.rendezvous import default_group_store, disagreement, meet, next_topic
 from gangmesh.topology import (
     ALIASES,
     GANG_NAMES,
@@ -345,16 +348,83 @@ def create_gangs(
             f"root_gang: expected the gang of the default process group "
             f"(size {dist.get_world_size()}), got {root_gang.describe()}"
         )
-    plan = MeshTopology(
-        root_gang.size, pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp,
-        ep=ep, etp=etp, order=order,
-    )  # fmt: skip
-    timeout = _check_timeout(timeout)
+    sizes = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
+    request = {**sizes, "ep": ep, "etp": etp, "order": order, "timeout": timeout}
+    agreeing = _Agreement(root_gang, request)
+    try:
+        plan = _plan(root_gang.size, sizes, ep, etp, order)
+        timeout = _check_timeout(timeout)
+    except ValueError:
+        agreeing.leave_request()
+        raise
     if not isinstance(root_gang, ProcessGroupGang):
         return Gangs._of(root_gang, plan, mesh_build.fake_gangs(root_gang, plan), timeout)
     timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
+    agreeing.wait(timeout)
     log.info("Creating gangs %s", plan)
     return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
+
+
+def _plan(world_size: int, sizes: dict[str, Any], ep: Any, etp: Any, order: Any) -> MeshTopology:
+    """The plan; in a job of one process a failure says how to start more."""
+    try:
+        return MeshTopology(world_size, **sizes, ep=ep, etp=etp, order=order)
+    except ValueError as ex:
+        wanted = math.prod(v for v in sizes.values() if isinstance(v, int) and v > 1)
+        if world_size == 1 and wanted > 1:
+            raise ValueError(
+                f"{ex}; this job has one process: run it under torchrun --nproc-per-node "
+                f"{wanted} (or srun -n {wanted})"
+            ) from None
+        raise
+
+
+class _Agreement:
+    """Checks that every process of the job asked create_gangs for the same layout.
+
+    One exchange through the job's store: each process leaves its request and waits
+    until all did. Processes that asked for something else are named within seconds;
+    processes that never come are named when the timeout expires.
+    """
+
+    def __init__(self, root: Gang, request: dict[str, Any]) -> None:
+        self._root = root if _meets(root) else None
+        self._request = {k: _jsonable(v) for k, v in request.items()}
+        self._topic = next_topic("create_gangs") if self._root is not None else ""
+
+    def leave_request(self) -> None:
+        """Leave this request without waiting (this process is about to raise)."""
+        if self._root is not None:
+            meet(default_group_store(), self._topic, self._root.rank, self._root.size,
+                 self._request, DEFAULT_TIMEOUT, wait=False)  # fmt: skip
+
+    def wait(self, timeout: timedelta) -> None:
+        """Wait for every process; ValueError naming who asked for what if they differ."""
+        if self._root is None:
+            return
+        root = self._root
+        requests = meet(
+            default_group_store(), self._topic, root.rank, root.size, self._request, timeout
+        )
+        if requests is not None:
+            raise ValueError(f"create_gangs: {disagreement(requests)}")
+
+
+def _meets(root: Gang) -> bool:
+    """Whether the root's processes are real and several (simulated ranks have no peers)."""
+    return (
+        isinstance(root, ProcessGroupGang)
+        and root.size > 1
+        and dist.get_backend(root.as_process_group()) != "fake"
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return value if isinstance(value, (int, float, str, type(None))) else repr(value)
 
 
 def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:

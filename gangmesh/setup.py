@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.environment import read_launch_environment
-from gangmesh.fake_gang import FakeGang
-from gangmesh.gang import Gang
+from gangmesh._checks import InvalidTypeError
+from gangmesh.environment import LaunchEnvironment, read_launch_environment
+from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.process_group_gang import ProcessGroupGang, backend_for
+from gangmesh.rendezvous import disagreement, job_store, meet, started_with
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
 
 log = logging.getLogger("gangmesh")
 
@@ -35,36 +40,66 @@ def setup_root_gang(
 
     Wraps torch's default process group when it is already initialised;
     otherwise starts it from torchrun's or SLURM's environment (gloo on CPU,
-    NCCL on CUDA). Without a distributed environment, or in a world of one,
-    returns a FakeGang. ``timeout`` (default 15 minutes) reaches every group
+    NCCL on CUDA), after every process has arrived (the ones that do not are
+    named when ``timeout`` expires). Under torchrun each restart attempt, and
+    each setup after a ``close()``, meets in a namespace of its own. Without a
+    distributed environment it starts a world of one process (said once at
+    WARNING level), so that meshes, FSDP2 and tensor parallelism run unchanged.
+    ``timeout`` (default 15 minutes) bounds every wait, and reaches every group
     gangmesh creates later from this gang. ``monitored`` makes ``barrier()``
     name the ranks that did not arrive.
 
-    Raises ValueError for an inconsistent environment or an unsupported device,
-    GangError if the process group cannot start.
+    :raises ValueError: an inconsistent environment, an unsupported device, or
+        processes that asked for different timeouts or devices.
+    :raises GangError: the store or the process group cannot start in time.
     """
     if device is not None and not isinstance(device, torch.device):
-        raise TypeError(f"device: expected a torch.device or None, got {device!r}")
+        raise InvalidTypeError(f"device: expected a torch.device or None, got {device!r}")
     if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
         raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
     if dist.is_available() and dist.is_initialized():
         return _wrap_default_group(device, timeout, monitored, high_priority)
     env = read_launch_environment()
     device = device or default_device(env.local_rank if env else 0)
-    backend_for(device)  # validates the device type before anything starts
+    backend = backend_for(device)  # validates the device type before anything starts
+    timeout = timeout or DEFAULT_TIMEOUT
     if env is None or env.world_size == 1:
-        log.info("No distributed environment: using a FakeGang on %s", device)
-        return FakeGang(device)
-    log.info("Starting rank %d of %d (%s)", env.rank, env.world_size, env.launcher)
-    return ProcessGroupGang.create_default_process_group(
+        _say_alone_once(env)
+        store: Store = dist.HashStore()  # type: ignore[attr-defined]
+        rank, world_size = 0, 1
+    else:
+        log.info("Starting rank %d of %d (%s)", env.rank, env.world_size, env.launcher)
+        store, rank, world_size = job_store(env, timeout), env.rank, env.world_size
+        request = {"backend": backend, "timeout_s": timeout.total_seconds()}
+        differing = meet(store, "setup_root_gang", rank, world_size, request, timeout)
+        if differing is not None:
+            raise ValueError(f"setup_root_gang: {disagreement(differing)}")
+    root = ProcessGroupGang.create_default_process_group(
         device,
         timeout=timeout,
         high_priority=high_priority,
         monitored=monitored,
-        init_method=env.init_method,
-        rank=env.rank,
-        world_size=env.world_size,
+        store=store,
+        rank=rank,
+        world_size=world_size,
     )
+    started_with(store)
+    return root
+
+
+_said_alone = False
+
+
+def _say_alone_once(env: LaunchEnvironment | None) -> None:
+    global _said_alone
+    if not _said_alone:
+        how = "torchrun started one process" if env else "no torchrun or SLURM environment"
+        log.warning(
+            "%s: running as a job of one process; run it under torchrun --nproc-per-node N "
+            "(or srun) for more",
+            how,
+        )
+        _said_alone = True
 
 
 def _wrap_default_group(

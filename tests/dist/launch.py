@@ -95,14 +95,18 @@ def _kill_session(pid: int) -> None:
         pass
 
 
-def slurm_like(script: str, ntasks: int, *args: str, timeout: float = 120) -> Run:
-    """Start ``ntasks`` processes with the variables srun sets (one node), no torchrun."""
+def slurm_like(
+    script: str, ntasks: int, *args: str, timeout: float = 120, ranks: list[int] | None = None
+) -> Run:
+    """Start ``ntasks`` processes (or only ``ranks`` of them) with the variables srun sets
+    (one node), no torchrun."""
     port = str(free_port())
     return processes(
         script,
         ntasks,
         *args,
         timeout=timeout,
+        ranks=ranks,
         env_of=lambda rank: {
             "SLURM_PROCID": str(rank),
             "SLURM_NTASKS": str(ntasks),
@@ -141,10 +145,13 @@ def processes(
     *args: str,
     timeout: float,
     env_of: Callable[[int], dict[str, str]],
+    ranks: list[int] | None = None,
 ) -> Run:
-    """Run ``count`` copies of a worker script, each in its own session, all bounded by
-    ``timeout`` and killed afterwards. The return code is the one farthest from 0."""
-    procs = [_start([sys.executable, str(WORKERS / script), *args], env_of(rank)) for rank in range(count)]
+    """Run ``count`` copies of a worker script (or only ``ranks`` of them), each in its own
+    session, all bounded by ``timeout`` and killed afterwards. The return code is the one
+    farthest from 0."""
+    started = range(count) if ranks is None else ranks
+    procs = [_start([sys.executable, str(WORKERS / script), *args], env_of(rank)) for rank in started]
     deadline = time.monotonic() + timeout
     outputs, codes = [], []
     for proc in procs:

@@ -98,3 +98,50 @@ def test_under_torchrun_each_process_takes_part_as_its_rank():
     assert run.returncode == 0, run.output
     assert "gangmesh check: 4 processes on cpu, pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2, ep=1, etp=1" in run.output
     assert "PASSED: every gang of 4 processes matches the plan" in run.output
+
+
+def two_nodes(tmp_path, *args: str) -> tuple[list, dict]:
+    """``gangmesh check`` under two torchrun launchers of 2 processes each, meeting through
+    c10d rendezvous on 127.0.0.1, as two nodes would."""
+    import threading
+
+    from tests.dist.launch import free_port
+
+    report = tmp_path / "check.json"
+    endpoint = f"127.0.0.1:{free_port()}"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-nodes",
+        "-m", "gangmesh.cli", "check", *args, "--json", str(report), "--sizes", "8",
+        "--iters", "2", "--timeout", "60",
+    ]  # fmt: skip
+    runs: list = [None, None]
+
+    def launch(node: int) -> None:
+        runs[node] = run_command(command, timeout=240)
+
+    threads = [threading.Thread(target=launch, args=(node,)) for node in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return runs, json.loads(report.read_text()) if report.exists() else {}
+
+
+def test_two_nodes_each_rank_placed_and_checked(tmp_path):
+    runs, summary = two_nodes(tmp_path, "--dp-replicate", "2")
+    assert [run.returncode for run in runs] == [0, 0], "\n".join(run.output for run in runs)
+    output = "".join(run.output for run in runs)
+    assert "nodes: 2, 2 ranks each" in output
+    assert "PASSED: every gang of 4 processes matches the plan" in output
+    assert sorted(p["node"] for p in summary["nodes"]) == [0, 0, 1, 1]
+    assert summary["nodes"][0]["node"] == summary["nodes"][1]["node"], "ranks 0 and 1 share a node"
+    assert summary["locality_findings"] == []
+
+
+def test_two_nodes_flag_a_tp_gang_larger_than_a_node(tmp_path):
+    runs, summary = two_nodes(tmp_path, "--tp", "4")
+    assert [run.returncode for run in runs] == [0, 0], "\n".join(run.output for run in runs)
+    (finding,) = summary["locality_findings"]
+    assert finding["dim"] == "tp" and finding["avoidable"]
+    assert "lower tp to 2 or less" in finding["message"]

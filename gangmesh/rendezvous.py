@@ -1,0 +1,225 @@
+"""Where the processes of a job meet: the launcher's store, a namespace per attempt and setup,
+and meetings that say who did not arrive and who asked for something else.
+
+torchrun keeps its agent's store across restarts, so the keys an earlier attempt wrote
+(addresses of processes that are gone) stay in it; a new attempt that read them would
+connect to dead ports. gangmesh therefore meets under ``gangmesh/attempt<N>/setup<M>/``:
+N is TORCHELASTIC_RESTART_COUNT, M counts the setups of this process, so neither a
+restarted job nor a second ``setup_root_gang`` after ``close()`` meets stale keys. The TCP
+connection to the store is made once per process and kept, so setting up again needs no
+new port.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+
+from gangmesh import _c10d
+from gangmesh.environment import LaunchEnvironment
+from gangmesh.gang import GangError
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
+
+log = logging.getLogger("gangmesh")
+
+_connections: dict[tuple[str, int, int, bool], Store] = {}
+_setups = 0
+_job: tuple[Store, LaunchEnvironment, object] | None = None
+"""The store of gangmesh's last setup, its environment, and the default group it started."""
+_meetings: tuple[object, int] = (None, 0)
+
+
+def job_store(env: LaunchEnvironment, timeout: timedelta) -> Store:
+    """The store this setup of the job meets in (see the module docstring).
+
+    :raises GangError: the store does not answer within ``timeout``.
+    """
+    global _setups, _job
+    key = (env.master_addr, env.master_port, env.rank, env.agent_store)
+    base = _connections.get(key)
+    if base is None:
+        base = _connections[key] = _connect(env, timeout)
+    namespace = f"gangmesh/attempt{env.restart_count}/setup{_setups}/"
+    store: Store = dist.PrefixStore(namespace, base)  # type: ignore[attr-defined]
+    _setups += 1
+    _job = (store, env, None)
+    return store
+
+
+def started_with(store: Store) -> None:
+    """Record that the current default group was started with ``store``."""
+    global _job
+    if _job is not None and _job[0] is store:
+        _job = (store, _job[1], dist.group.WORLD)
+
+
+def _current_job() -> tuple[Store, LaunchEnvironment, object] | None:
+    """gangmesh's job store, if the current default group was started with it."""
+    if _job is not None and _job[2] is not None and _job[2] is dist.group.WORLD:
+        return _job
+    return None
+
+
+def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
+    """A TCP store client, or the server on rank 0 when torchrun's agent hosts none."""
+    serves = env.rank == 0 and not env.agent_store
+    deadline = time.monotonic() + timeout.total_seconds()
+    where = f"{env.master_addr}:{env.master_port}"
+    if not serves:
+        _wait_for_server(env, deadline)
+    try:
+        return dist.TCPStore(  # type: ignore[attr-defined]
+            env.master_addr,
+            env.master_port,
+            env.world_size,
+            serves,
+            timeout=timedelta(seconds=max(1.0, deadline - time.monotonic())),
+            wait_for_workers=False,
+            multi_tenant=True,
+        )
+    except (RuntimeError, ValueError) as ex:
+        role = "serve" if serves else "reach"
+        raise GangError(
+            f"rank {env.rank} could not {role} the job's store at {where}: {ex}"
+        ) from ex
+
+
+def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:
+    """Return once the store's server accepts connections; GangError at the deadline.
+
+    A host that drops packets can hold a plain connect for minutes; short attempts keep
+    the wait within the configured timeout.
+    """
+    who = "torchrun's agent" if env.agent_store else "rank 0"
+    where = f"{env.master_addr}:{env.master_port}"
+    try:
+        socket.getaddrinfo(env.master_addr, env.master_port)
+    except OSError as ex:
+        raise GangError(
+            f"rank {env.rank}: the address of {who}, {env.master_addr!r} (MASTER_ADDR or the "
+            f"first SLURM host), cannot be resolved: {ex}"
+        ) from ex
+    pause = 0.05
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GangError(
+                f"rank {env.rank}: the job's store at {where}, served by {who}, did not answer "
+                f"within the timeout; check MASTER_ADDR/MASTER_PORT, and that {who} is running"
+            )
+        try:
+            with socket.create_connection((env.master_addr, env.master_port), min(1.0, left)):
+                return
+        except OSError:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))  # retry back-off
+            pause = min(pause * 2, 1.0)
+
+
+def meet(
+    store: Store,
+    topic: str,
+    rank: int,
+    world_size: int,
+    request: dict[str, Any],
+    timeout: timedelta,
+    *,
+    wait: bool = True,
+) -> dict[int, dict[str, Any]] | None:
+    """Every process of the job calls it with what it asks for: None if they all asked the
+    same, else rank -> request. With ``wait=False`` this process only leaves its request
+    (a process about to fail still shows the others what it asked for).
+
+    :raises GangError: some ranks did not arrive within ``timeout`` (they are named, with
+        their hosts where known), or the store is gone.
+    """
+    prefix = f"meet/{topic}/"
+    text = json.dumps(request)
+    canonical = json.dumps(request, sort_keys=True).encode()
+    digest = hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:16]
+    try:
+        store.set(f"{prefix}{rank}", text)
+        store.set(f"host/{rank}", socket.gethostname())
+        store.add(f"{prefix}same/{digest}", 1)
+        if store.add(f"{prefix}arrived", 1) == world_size:
+            store.set(f"{prefix}all", "1")
+        if not wait:
+            return None
+        try:
+            store.wait([f"{prefix}all"], timeout)
+        except RuntimeError as ex:
+            raise GangError(_absentees(store, prefix, topic, world_size, timeout)) from ex
+        if store.add(f"{prefix}same/{digest}", 0) == world_size:
+            return None
+        texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
+    except (RuntimeError, ConnectionError) as ex:
+        if isinstance(ex, GangError):
+            raise
+        raise GangError(f"{topic}: the job's store does not answer ({ex}); {_server()}") from ex
+    return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
+
+
+def _absentees(store: Store, prefix: str, topic: str, world_size: int, timeout: timedelta) -> str:
+    missing = [r for r in range(world_size) if not store.check([f"{prefix}{r}"])]
+    named = []
+    for r in missing[:16]:
+        host = store.get(f"host/{r}").decode() if store.check([f"host/{r}"]) else None
+        named.append(f"rank {r}" + (f" on {host}" if host else ""))
+    more = f" and {len(missing) - 16} more" if len(missing) > 16 else ""
+    gone = "; rank 0 is among them" if 0 in missing else ""
+    return (
+        f"{topic}: {', '.join(named)}{more} did not arrive within "
+        f"{timeout.total_seconds():g} s{gone}"
+    )
+
+
+def _server() -> str:
+    job = _current_job()
+    if job is not None and not job[1].agent_store:
+        env = job[1]
+        return f"rank 0 serves it at {env.master_addr}:{env.master_port}, so rank 0 is gone"
+    return "its server is gone"
+
+
+def default_group_store() -> Store:
+    """The store of the current default group: the job store of gangmesh's setup, or torch's."""
+    job = _current_job()
+    if job is not None:
+        return job[0]
+    store: Store = _c10d.default_store()
+    return store
+
+
+def next_topic(name: str) -> str:
+    """``name`` with the number of earlier meetings on this default group's store."""
+    global _meetings
+    store = default_group_store()
+    owner, count = _meetings
+    count = count + 1 if owner is store else 0
+    _meetings = (store, count)
+    return f"{name}{count}"
+
+
+def disagreement(requests: dict[int, dict[str, Any]]) -> str:
+    """Which ranks asked for what, most common request first."""
+    by_request: dict[str, list[int]] = {}
+    for rank, request in requests.items():
+        text = ", ".join(f"{key}={value}" for key, value in request.items() if value is not None)
+        by_request.setdefault(text, []).append(rank)
+    parts = [
+        f"ranks {_ranks_text(ranks)} asked for {text}"
+        for text, ranks in sorted(by_request.items(), key=lambda item: -len(item[1]))
+    ]
+    return "the processes asked for different things: " + "; ".join(parts)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return str(ranks) if len(ranks) <= 8 else f"{ranks[:7]} ... ({len(ranks)} ranks)"

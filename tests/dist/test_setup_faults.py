@@ -1,0 +1,70 @@
+"""Processes that disagree about the layout, or never arrive, are named; setting up again works."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dist.launch import bare_processes, slurm_like
+from tests.dist.test_check import processes_mentioning
+
+pytestmark = pytest.mark.dist
+
+TIMEOUT_S = 5.0
+
+
+def run_setup_fault(tmp_path, mode: str):
+    out = tmp_path / mode
+    run = bare_processes("setup_faults.py", 4, str(out), mode, timeout=120)
+    assert processes_mentioning(str(out)) == [], "a process was left behind"
+    assert run.returncode == 0, run.output
+    return run.results(out)
+
+
+def test_a_different_layout_on_one_rank_is_named_on_every_rank_at_once(tmp_path):
+    results = run_setup_fault(tmp_path, "mismatch")
+    for me in range(4):
+        got = results[me]
+        assert got["kind"] == "ValueError"
+        assert got["error"].startswith("create_gangs: the processes asked for different things: ")
+        assert "ranks [0, 2, 3] asked for pp=1, dp_replicate=1, dp_shard=-1, cp=1, tp=1" in got["error"]
+        assert "ranks [1] asked for pp=1, dp_replicate=1, dp_shard=-1, cp=1, tp=2" in got["error"]
+        assert got["seconds"] < TIMEOUT_S, "named at once, not after the timeout"
+
+
+def test_an_invalid_layout_on_one_rank_fails_there_and_is_named_elsewhere(tmp_path):
+    results = run_setup_fault(tmp_path, "invalid")
+    assert results[1]["error"].startswith("tp: tp=3 does not divide world_size 4")
+    for me in (0, 2, 3):
+        assert "ranks [1] asked for" in results[me]["error"] and "tp=3" in results[me]["error"]
+        assert results[me]["seconds"] < TIMEOUT_S
+
+
+@pytest.mark.parametrize(("mode", "absent"), [("absent", 3), ("absent0", 0)])
+def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(tmp_path, mode, absent):
+    results = run_setup_fault(tmp_path, mode)
+    for me in range(4):
+        if me == absent:
+            assert "error" not in results[me]
+            continue
+        got = results[me]
+        assert got["kind"] == "GangError"
+        assert got["error"].startswith(f"create_gangs0: rank {absent} on ")
+        assert "did not arrive within 5 s" in got["error"]
+        assert ("rank 0 is among them" in got["error"]) == (absent == 0)
+        assert TIMEOUT_S <= got["seconds"] < TIMEOUT_S + 5
+
+
+def test_setting_up_again_after_close_works(tmp_path):
+    results = run_setup_fault(tmp_path, "again")
+    assert [results[me].get("sum") for me in range(4)] == [2.0] * 4
+
+
+def test_a_store_that_never_answers_fails_within_the_timeout(tmp_path):
+    # Rank 1 of 2 alone under SLURM's variables: rank 0, which would serve the store, never starts.
+    run = slurm_like("setup_faults.py", 2, str(tmp_path), "lonely", timeout=60, ranks=[1])
+    assert run.returncode == 0, run.output
+    got = run.results(tmp_path)[1]
+    assert got["kind"] == "GangError"
+    assert got["error"].startswith("rank 1: the job's store at 127.0.0.1:")
+    assert "served by rank 0, did not answer within the timeout" in got["error"]
+    assert TIMEOUT_S <= got["seconds"] < TIMEOUT_S + 5
