@@ -20,7 +20,7 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     """Gangs of process ``rank`` in a world of ``world_size``, with no peers.
 
     Initialises torch's "fake" process group (collectives return at once and
-    move no data), builds the gangs through :func:`create_gangs` and its real
+    move no data), builds the gangs through :func:`~gangmesh.create_gangs` and its real
     DeviceMesh, and tears everything down on exit. ``dims`` are the sizes
     create_gangs takes (pp, dp_replicate, dp_shard, cp, tp, ep, etp, order, timeout).
 
@@ -28,8 +28,11 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     ...     (gangs.tp.rank, gangs.pp.rank, gangs.dp.size)
     (7, 3, 128)
 
-    Raises ValueError for bad sizes or ranks, RuntimeError if torch.distributed
-    is already initialised in this process.
+    :param world_size: number of processes in the simulated world.
+    :param rank: the global rank to simulate.
+    :param dims: the keyword arguments of :func:`~gangmesh.create_gangs`.
+    :raises ValueError: bad sizes or ranks.
+    :raises RuntimeError: torch.distributed is already initialised in this process.
     """
     world_size = check_positive("world_size", world_size)
     rank = check_index("rank", rank, world_size)

@@ -50,66 +50,111 @@ def layouts(
 
     A dimension given in ``fixed`` (``pp=2``, ``tp=4``, ``ep=8``, ``etp=...``,
     ``order=...``) keeps that value; the others are drawn, expert parallelism
-    included. ``orders=True`` also draws the dense order. ``ranks_per_node``
-    keeps to worlds of whole nodes of that many ranks.
+    included. ``etp > 1`` also holds ``tp`` at that size and ``ep`` above 1 (the
+    expert view's rule). ``orders=True`` also draws the dense order. ``ranks_per_node``
+    keeps to worlds of whole nodes of that many ranks (or smaller than one node).
 
+    :param min_world_size: the smallest world to draw.
+    :param max_world_size: the largest world to draw.
+    :param world_sizes: the only worlds to draw, instead of a range.
+    :param ranks_per_node: node size that every world fills whole.
+    :param orders: whether to draw the dense order too.
+    :param fixed: sizes (and ``order``) that every layout has.
     :raises ValueError: an unknown fixed name, or bounds no layout can meet.
     """
     unknown = sorted(set(fixed) - set(_FIXABLE))
     if unknown:
         raise ValueError(f"{unknown[0]}: unknown dimension; expected one of {_FIXABLE}")
-    for name, value in fixed.items():
-        if name != "order":
-            check_positive(name, value)
+    sizes = {name: check_positive(name, value) for name, value in fixed.items() if name != "order"}
+    order = MeshTopology(1, order=fixed["order"]).order if fixed.get("order") else None
+    _check_expert_rules(sizes, order)
+    if sizes.get("etp", 1) > 1:
+        sizes.setdefault("tp", sizes["etp"])
     low = check_positive("min_world_size", min_world_size)
     high = check_positive("max_world_size", max_world_size)
     if low > high:
         raise ValueError(f"min_world_size: expected at most max_world_size {high}, got {low}")
     per_node = None if ranks_per_node is None else check_positive("ranks_per_node", ranks_per_node)
-    allowed = (
-        None
-        if world_sizes is None
-        else sorted({check_positive("world_sizes", w) for w in world_sizes})
-    )
+    fixed_product = math.prod(sizes.get(name, 1) for name in DENSE_DIMS)
+    allowed = None
+    if world_sizes is None:
+        if fixed_product > high:
+            raise ValueError(
+                f"max_world_size: the fixed sizes need {fixed_product} ranks, more than {high}"
+            )
+    else:
+        every = sorted({check_positive("world_sizes", w) for w in world_sizes})
+        free = any(name not in sizes for name in DENSE_DIMS)
+        allowed = [w for w in every if w % fixed_product == 0 and (free or w == fixed_product)]
+        if not allowed:
+            raise ValueError(
+                f"world_sizes: none of {every} fits the fixed sizes ({fixed_product} ranks)"
+            )
 
     def acceptable(plan: MeshTopology) -> bool:
         world = plan.world_size
         in_range = world in allowed if allowed is not None else low <= world <= high
         return in_range and (per_node is None or world % per_node == 0 or world < per_node)
 
-    return _layout(fixed, high if allowed is None else max(allowed), orders, allowed).filter(
-        acceptable
-    )
+    plans = _layout(sizes, order, low, high, orders, allowed)
+    return plans.filter(acceptable)
+
+
+def _check_expert_rules(sizes: dict[str, int], order: tuple[str, ...] | None) -> None:
+    """ValueError for fixed expert sizes that no layout can meet."""
+    ep, etp = sizes.get("ep"), sizes.get("etp", 1)
+    if etp > 1 and ep == 1:
+        raise ValueError(f"etp: expected 1 with ep=1 fixed, got {etp}")
+    if etp > 1 and sizes.get("tp", etp) != etp:
+        raise ValueError(f"etp: expected 1 or tp={sizes['tp']}, got {etp}")
+    if order is None:
+        return
+    if ((ep or 1) > 1 or etp > 1) and set(order[:2]) != set(SHARED_DIMS):
+        raise ValueError(
+            f"order: expert parallelism needs pp and dp_replicate outermost, got {order}"
+        )
+    if etp > 1 and order[-1] != "tp":
+        raise ValueError(f"order: etp={etp} needs tp innermost, got {order}")
+
+
+def _divisors(number: int, cap: int) -> list[int]:
+    return [d for d in range(1, min(number, cap) + 1) if number % d == 0]
 
 
 @st.composite
 def _layout(
     draw: st.DrawFn,
-    fixed: dict[str, Any],
-    limit: int,
+    fixed: dict[str, int],
+    order: tuple[str, ...] | None,
+    low: int,
+    high: int,
     orders: bool,
     allowed: list[int] | None,
 ) -> MeshTopology:
-    sizes: dict[str, int] = {}
+    dense_fixed = {name: fixed[name] for name in DENSE_DIMS if name in fixed}
+    free = [name for name in DENSE_DIMS if name not in dense_fixed]
+    sizes = dict(dense_fixed)
     if allowed is not None:
-        world = draw(st.sampled_from(allowed))
-        remaining = world
-        for name in DENSE_DIMS[:-1]:
-            if name in fixed:
-                sizes[name] = fixed[name]
-            else:
-                choices = [d for d in range(1, min(remaining, SIZE_CAP) + 1) if remaining % d == 0]
-                sizes[name] = draw(st.sampled_from(choices))
-            remaining = max(1, remaining // sizes[name])
-        sizes["tp"] = fixed.get("tp", remaining)
+        remaining = draw(st.sampled_from(allowed)) // math.prod(dense_fixed.values())
+        for name in free[:-1]:
+            sizes[name] = draw(st.sampled_from(_divisors(remaining, SIZE_CAP)))
+            remaining //= sizes[name]
+        if free:
+            sizes[free[-1]] = remaining
     else:
-        for name in DENSE_DIMS:
-            room = max(1, limit // math.prod(sizes.values() or [1]))
-            sizes[name] = fixed.get(name) or draw(st.integers(1, max(1, min(room, SIZE_CAP))))
-    ep, etp = _expert(draw, sizes, fixed)
-    order = fixed.get("order") or (_order(draw, ep, etp) if orders else None)
+        # A random order of drawing, so that no dimension always gets the room left last.
+        for i, name in enumerate(draw(st.permutations(free))):
+            placed = math.prod(sizes.values())
+            room = max(1, min(high // placed, SIZE_CAP))
+            least = -(-low // placed) if i == len(free) - 1 else 1
+            if least > room:
+                reject()
+            sizes[name] = draw(st.integers(least, room))
+    ep, etp = _expert(draw, sizes, fixed, order)
+    if order is None and orders:
+        order = _order(draw, ep, etp)
     world = math.prod(sizes.values())
-    if world > limit:
+    if world > high:
         reject()
     try:
         return MeshTopology(world, **sizes, ep=ep, etp=etp, order=order)
@@ -117,18 +162,30 @@ def _layout(
         reject()
 
 
-def _expert(draw: st.DrawFn, sizes: dict[str, int], fixed: dict[str, Any]) -> tuple[int, int]:
-    """Expert sizes that fit the dense sizes; a fixed ep grows dp_shard until it fits."""
+def _expert(
+    draw: st.DrawFn, sizes: dict[str, int], fixed: dict[str, int], order: tuple[str, ...] | None
+) -> tuple[int, int]:
+    """Expert sizes that fit the dense sizes and the order; a fixed ep grows dp_shard to fit."""
     tp = sizes["tp"]
-    etp = fixed.get("etp") or draw(st.sampled_from([1, tp] if tp > 1 else [1]))
+    expert_allowed = order is None or set(order[:2]) == set(SHARED_DIMS)
+    etp_allowed = expert_allowed and (order is None or order[-1] == "tp")
+    if "etp" in fixed:
+        etp = fixed["etp"]
+    else:
+        etp = draw(st.sampled_from([1, tp])) if tp > 1 and etp_allowed else 1
+    borrowed = sizes["dp_shard"] * sizes["cp"] * (tp if etp == 1 else 1)
     if "ep" in fixed:
-        ep = int(fixed["ep"])
-        borrowed = sizes["dp_shard"] * sizes["cp"] * (tp if etp == 1 else 1)
+        ep = fixed["ep"]
         if borrowed % ep and "dp_shard" not in fixed:
             sizes["dp_shard"] *= ep // math.gcd(ep, borrowed)
         return ep, etp if ep > 1 else 1
-    borrowed = sizes["dp_shard"] * sizes["cp"] * (tp if etp == 1 else 1)
-    factors = [f for f in range(1, min(borrowed, SIZE_CAP) + 1) if borrowed % f == 0]
+    if not expert_allowed:
+        return 1, 1
+    factors = _divisors(borrowed, SIZE_CAP)
+    if "etp" in fixed and etp > 1:
+        factors = factors[1:]  # etp > 1 needs ep > 1
+        if not factors:
+            reject()
     ep = draw(st.sampled_from(factors))
     return ep, etp if ep > 1 else 1
 
@@ -158,5 +215,9 @@ def _with_rank(draw: st.DrawFn, plans: st.SearchStrategy[MeshTopology]) -> tuple
 
 def layouts_and_ranks(**kwargs: Any) -> st.SearchStrategy[tuple[MeshTopology, int]]:
     """(plan, rank) pairs from :func:`layouts` (same arguments); half of the ranks are
-    the first or last rank of one of their groups, where off-by-one bugs live."""
+    the first or last rank of one of their groups, where off-by-one bugs live.
+
+    :param kwargs: the keyword arguments of :func:`layouts`.
+    :raises ValueError: arguments no layout can meet.
+    """
     return _with_rank(layouts(**kwargs))

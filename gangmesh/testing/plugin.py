@@ -1,0 +1,305 @@
+"""pytest plugin: simulated gangs, and tests that run in every process of a real gloo world.
+
+pytest loads it whenever gangmesh is installed (entry point ``gangmesh`` in the
+``pytest11`` group); no conftest is needed, and ``-p no:gangmesh`` turns it off.
+Loading it imports neither torch nor the rest of gangmesh: that happens in the
+tests that use it.
+
+The ``simulated_gangs`` fixture builds the gangs of one rank of a large world through
+the real ``create_gangs`` path, on torch's fake process group, and tears them down
+after the test::
+
+    def test_tp_rank(simulated_gangs):
+        gangs = simulated_gangs(65536, 65535, pp=8, tp=8)
+        assert (gangs.tp.rank, gangs.pp.rank) == (7, 7)
+
+One process holds one simulated rank at a time: calling the factory again closes the
+gangs of the previous call (using them afterwards fails) and builds the new ones, so a
+test may visit several ranks in a loop. After the test, torch.distributed is shut down.
+
+The marker ``@pytest.mark.gangmesh_world(n, timeout=120)`` runs the test once in each
+of ``n`` local processes that form a real gloo world on 127.0.0.1; the fixture
+``root_gang`` is the root gang of that world, a :class:`~gangmesh.ProcessGroupGang` on
+gloo (also in a world of one), closed after the test::
+
+    import torch
+    import gangmesh as gm
+
+    @pytest.mark.gangmesh_world(4)
+    def test_all_reduce(root_gang):
+        tensor = torch.tensor(float(root_gang.rank))
+        root_gang.all_reduce(tensor, gm.ReduceOperation.SUM)
+        assert tensor.item() == 6.0
+
+The test is reported once. It passes when every rank passes and is skipped when every
+rank skips it. Otherwise it fails with one line for each rank that did not pass, the
+first failure first, such as ``rank 2 of 4: AssertionError: ...``, then a line for the
+ranks that passed, then the traceback and captured output of each failing rank.
+
+Each rank is a ``python -m pytest`` run of that one test (same rootdir, configuration
+file, ``-p`` plugins, import mode, ``-o`` and ``-W`` options) in a session of its own,
+with the variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``) and gloo bound to
+the loopback interface, so code under test may call ``gm.setup_root_gang()`` itself
+(after ``root_gang`` it wraps the same default group). ``root_gang`` meets its peers
+through a file store in a private temporary folder; its collectives time out after
+``timeout`` seconds. Fixtures, module setup and ``tmp_path`` run in the ranks'
+processes only, never in the process that reports; skip and xfail marks apply to the
+test as a whole.
+
+``timeout`` (seconds, default 120) bounds the whole run, process start included. When
+it expires, the ranks still running are killed with every process they started, and the
+test fails naming them, with the stack of each, written just before the deadline. Once a
+rank has failed, the others get :data:`FAILURE_GRACE` more seconds to finish. No process
+outlives the test. The marker needs a POSIX system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gangmesh.testing.world import (
+    DUMP_AHEAD,
+    FAILURE_GRACE,
+    WORLD_VARIABLE,
+    World,
+    WorldFailed,
+    report_outcomes,
+    run_world,
+)
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr, TracebackStyle
+
+    from gangmesh.gang import Gang
+    from gangmesh.gangs import Gangs
+
+__all__ = ["DEFAULT_TIMEOUT", "FAILURE_GRACE", "MARKER", "SimulatedGangs", "WorldFailed"]
+
+MARKER = "gangmesh_world"
+"""Name of the marker that runs a test in every process of a gloo world."""
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a ``gangmesh_world`` test may run, process start included, unless the marker says."""
+
+_CHILD_WORLD = pytest.StashKey[World | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(n, timeout={DEFAULT_TIMEOUT:g}): run the test once in each process of a "
+        "gloo world of n local processes (fixture root_gang: that world's root gang); "
+        "see gangmesh.testing.plugin",
+    )
+    raw = os.environ.pop(WORLD_VARIABLE, None)
+    world = World(**json.loads(raw)) if raw else None
+    config.stash[_CHILD_WORLD] = world
+    if world is not None:
+        config.pluginmanager.register(_RankReporter(world), "gangmesh-world-rank")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin("gangmesh-world-rank")
+    if isinstance(reporter, _RankReporter):
+        reporter.close()
+
+
+# --- the simulated_gangs fixture ------------------------------------------------------------
+
+
+class SimulatedGangs:
+    """The ``simulated_gangs`` fixture: call it for the gangs of one simulated rank.
+
+    ``simulated_gangs(world_size, rank, **dims)`` takes the arguments of
+    :func:`gangmesh.testing.simulate_gangs` and returns the rank's
+    :class:`~gangmesh.Gangs`. A second call closes the gangs of the first.
+
+    :raises ValueError: bad sizes or ranks (from ``create_gangs``).
+    :raises RuntimeError: torch.distributed was initialised by something else.
+    """
+
+    def __init__(self) -> None:
+        self._open: contextlib.ExitStack | None = None
+
+    def __call__(self, world_size: int, rank: int, **dims: Any) -> Gangs:
+        from gangmesh.testing.simulate import simulate_gangs
+
+        self.close()
+        with contextlib.ExitStack() as stack:
+            gangs = stack.enter_context(simulate_gangs(world_size, rank, **dims))
+            self._open = stack.pop_all()
+        return gangs
+
+    def close(self) -> None:
+        """Close the gangs of the last call and shut torch.distributed down; idempotent."""
+        stack, self._open = self._open, None
+        if stack is not None:
+            stack.close()
+
+
+@pytest.fixture
+def simulated_gangs() -> Iterator[SimulatedGangs]:
+    """A factory: ``simulated_gangs(world_size, rank, **dims)`` -> the Gangs of that rank,
+    built by ``create_gangs`` on torch's fake process group and closed after the test."""
+    factory = SimulatedGangs()
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+# --- the gangmesh_world marker: in each rank's process --------------------------------------
+
+
+@pytest.fixture
+def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
+    """The root gang of the world of a test marked ``gangmesh_world(n)``, closed after it."""
+    world = request.config.stash.get(_CHILD_WORLD, None)
+    if world is None or request.node.nodeid != world.nodeid:
+        pytest.fail(
+            f"root_gang: only tests marked @pytest.mark.{MARKER}(n) have a root gang; "
+            f"{request.node.nodeid} is not one",
+            pytrace=False,
+        )
+    from datetime import timedelta
+
+    import torch
+
+    from gangmesh.process_group_gang import ProcessGroupGang
+
+    gang = ProcessGroupGang.create_default_process_group(
+        torch.device("cpu"),
+        timeout=timedelta(seconds=world.timeout),
+        init_method=f"file://{world.store}",
+        rank=world.rank,
+        world_size=world.size,
+    )
+    try:
+        yield gang
+    finally:
+        gang.close()
+
+
+class _RankReporter:
+    """In a rank's process: writes the reports of the world's test where the parent reads them."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._phases: list[dict[str, Any]] = []
+        # Where this rank is, should it still run at the deadline: written just before.
+        self._stacks = open(world.stacks, "w")  # noqa: SIM115 - open until pytest_unconfigure
+        delay = world.deadline - time.monotonic() - DUMP_AHEAD
+        if delay > 0:
+            faulthandler.dump_traceback_later(delay, file=self._stacks)
+
+    def close(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        self._stacks.close()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid != self._world.nodeid:
+            return
+        self._phases.append(
+            {
+                "when": report.when,
+                "outcome": report.outcome,
+                "at": time.monotonic(),
+                "message": _message(report),
+                "text": report.longreprtext if report.failed else "",
+                "sections": [list(section) for section in report.sections] if report.failed else [],
+            }
+        )
+        path = Path(self._world.result)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps({"phases": self._phases}))
+        os.replace(partial, path)
+
+
+def _message(report: pytest.TestReport) -> str:
+    """The one-line reason of a failed or skipped report (exception type and message)."""
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple):
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    lines = report.longreprtext.strip().splitlines()
+    return lines[-1] if lines else report.outcome
+
+
+# --- the gangmesh_world marker: in the process that reports ---------------------------------
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash.get(_CHILD_WORLD, None) is not None:
+        return  # a rank runs its test as it is
+    for index, item in enumerate(items):
+        if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
+            items[index] = GangmeshWorldItem.from_function(item)
+
+
+class GangmeshWorldItem(pytest.Item):
+    """A test marked ``gangmesh_world(n)``, as the process that reports it sees it:
+    running it starts the n ranks and collects their results. It has no fixtures."""
+
+    def __init__(self, *, function: pytest.Function, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.function = function
+        self.own_markers.extend(function.own_markers)
+        self.keywords.update({mark.name: mark for mark in function.own_markers})
+
+    @classmethod
+    def from_function(cls, function: pytest.Function) -> GangmeshWorldItem:
+        assert function.parent is not None
+        item: GangmeshWorldItem = cls.from_parent(
+            function.parent, name=function.name, function=function
+        )
+        return item
+
+    def reportinfo(self) -> tuple[os.PathLike[str] | str, int | None, str]:
+        return self.function.reportinfo()
+
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, WorldFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def runtest(self) -> None:
+        size, timeout = _marker_arguments(self.get_closest_marker(MARKER))
+        report_outcomes(run_world(self.config, self.function, size, timeout), size, timeout)
+
+
+def _marker_arguments(marker: pytest.Mark | None) -> tuple[int, float]:
+    """The world size and timeout of a ``gangmesh_world`` marker; the test fails on bad ones."""
+    assert marker is not None
+    unknown = sorted(set(marker.kwargs) - {"timeout"})
+    size = marker.args[0] if len(marker.args) == 1 else None
+    timeout = marker.kwargs.get("timeout", DEFAULT_TIMEOUT)
+    if unknown or not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+        raise WorldFailed(
+            f"{MARKER}: expected {MARKER}(n, timeout=seconds) with an int n >= 1, got "
+            f"args={marker.args!r} kwargs={marker.kwargs!r}"
+        )
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise WorldFailed(
+            f"{MARKER}: timeout: expected a positive number of seconds, got {timeout!r}"
+        )
+    if not math.isfinite(timeout):
+        raise WorldFailed(
+            f"{MARKER}: timeout: expected a finite number of seconds, got {timeout!r}"
+        )
+    return size, float(timeout)

@@ -1,0 +1,180 @@
+"""The plugin's gangmesh_world marker, used as a project uses it: each test runs a pytest
+session in a temporary directory whose test runs in every process of a real gloo world."""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_docs_examples_testing import EXAMPLES
+from tests.unit.test_plugin import report_of, run_inline
+
+pytestmark = pytest.mark.dist
+
+
+def children_of(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.add(int(entry.name))
+    return found
+
+
+def has_ended(pid: int) -> bool:
+    """True once process ``pid`` has terminated (waits for it, up to a minute, if it has not)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([handle], [], [], 60)
+        return bool(ready)
+    finally:
+        os.close(handle)
+
+
+needs_proc = pytest.mark.skipif(
+    not (Path("/proc/self/stat").exists() and hasattr(os, "pidfd_open")),
+    reason="looks for processes in /proc and waits on them with pidfd_open (Linux)",
+)
+
+
+@needs_proc
+def test_a_world_runs_the_test_in_every_rank(pytester: pytest.Pytester, tmp_path: Path):
+    before = children_of(os.getpid())
+    recorder = run_inline(
+        pytester,
+        f"""
+        import os
+        from pathlib import Path
+
+        import pytest
+        import torch
+        import gangmesh as gm
+
+        OUT = Path({str(tmp_path)!r})
+
+        @pytest.mark.gangmesh_world(3)
+        def test_sum(root_gang):
+            assert isinstance(root_gang, gm.ProcessGroupGang)
+            (OUT / f"rank{{root_gang.rank}}").write_text(f"{{os.getpid()}} {{root_gang.size}}")
+            total = torch.tensor(float(root_gang.rank + 1))
+            root_gang.all_reduce(total, gm.ReduceOperation.SUM)
+            assert total.item() == 6.0
+        """,
+    )
+    recorder.assertoutcome(passed=1)
+    written = {p.name: p.read_text().split() for p in tmp_path.iterdir()}
+    assert sorted(written) == ["rank0", "rank1", "rank2"]
+    assert {size for _, size in written.values()} == {"3"}
+    pids = {int(pid) for pid, _ in written.values()}
+    assert len(pids) == 3 and os.getpid() not in pids
+    assert all(has_ended(pid) for pid in pids)
+    assert children_of(os.getpid()) <= before
+
+
+@needs_proc
+def test_a_failing_rank_is_reported_once_with_its_message(pytester: pytest.Pytester):
+    before = children_of(os.getpid())
+    recorder = run_inline(
+        pytester,
+        """
+        import pytest
+
+        @pytest.mark.gangmesh_world(2)
+        def test_refuse(root_gang):
+            root_gang.barrier()
+            assert root_gang.rank != 1, f"rank {root_gang.rank} refuses"
+        """,
+    )
+    recorder.assertoutcome(failed=1)
+    failure = report_of(recorder, "test_refuse")
+    text = failure.longreprtext
+    assert text.splitlines()[0] == "rank 1 of 2: AssertionError: rank 1 refuses"
+    assert "passed: rank 0 of 2" in text
+    assert " rank 1 of 2 " in text and "assert 1 != 1" in text  # rank 1's own traceback
+    assert "rank 0 of 2:" not in text
+    assert children_of(os.getpid()) <= before
+
+
+@needs_proc
+def test_a_hanging_rank_is_killed_with_what_it_started(pytester: pytest.Pytester, tmp_path: Path):
+    before = children_of(os.getpid())
+    recorder = run_inline(
+        pytester,
+        f"""
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        import pytest
+
+        OUT = Path({str(tmp_path)!r})
+
+        @pytest.mark.gangmesh_world(2, timeout=15)
+        def test_hang():
+            (OUT / f"rank{{os.environ['RANK']}}").write_text(str(os.getpid()))
+            if os.environ["RANK"] == "1":
+                stuck = [sys.executable, "-c", "import threading; threading.Event().wait()"]
+                started = subprocess.Popen(stuck)
+                (OUT / "started").write_text(str(started.pid))
+                started.wait()
+        """,
+    )
+    recorder.assertoutcome(failed=1)
+    text = report_of(recorder, "test_hang").longreprtext
+    assert "did not finish" in text.splitlines()[0]
+    assert "rank 1 of 2: did not finish within 15 s" in text
+    assert ", line 17 in test_hang" in text  # where rank 1 was stuck: started.wait()
+    pids = [int(p.read_text()) for p in sorted(tmp_path.iterdir())]
+    assert len(pids) == 3  # rank0, rank1 and the process rank 1 started
+    assert all(has_ended(pid) for pid in pids)
+    assert children_of(os.getpid()) <= before
+
+
+def test_skip_and_xfail_apply_to_the_world(pytester: pytest.Pytester):
+    recorder = run_inline(
+        pytester,
+        """
+        import os
+        import pytest
+
+        @pytest.mark.gangmesh_world(2)
+        def test_skipped_everywhere():
+            pytest.skip("not on this machine")
+
+        @pytest.mark.xfail(reason="known bug", strict=True)
+        @pytest.mark.gangmesh_world(2)
+        def test_known_bug():
+            assert os.environ["RANK"] == "0"
+
+        @pytest.mark.skip(reason="never started")
+        @pytest.mark.gangmesh_world(2)
+        def test_not_started():
+            raise AssertionError("ran")
+        """,
+    )
+    skipped = report_of(recorder, "test_skipped_everywhere")
+    assert skipped.skipped and "not on this machine" in str(skipped.longrepr)
+    known = report_of(recorder, "test_known_bug")
+    assert known.skipped and known.wasxfail == "known bug"
+    assert report_of(recorder, "test_not_started").skipped
+
+
+def test_the_docs_examples_pass_in_a_project_of_their_own(pytester: pytest.Pytester):
+    for name in ("batch_slicing.py", "test_batch_slicing.py"):
+        shutil.copy(EXAMPLES / name, pytester.path / name)
+    result = pytester.runpytest("-p", "no:cacheprovider", "test_batch_slicing.py")
+    result.assert_outcomes(passed=2)
