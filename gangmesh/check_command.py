@@ -120,7 +120,8 @@ def _report(
     failures.extend(node_problems)
     per_node = max(placements.count(p) for p in placements)
     findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
-    print("\n".join(findings_text(findings)), file=out)
+    lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
+    print("\n".join(lines), file=out)
     summary["nodes"] = [{"host": p.host, "node": p.node} for p in placements]
     summary["locality_findings"] = [
         {"dim": f.dim, "group": f.group, "nodes": f.nodes, "avoidable": f.avoidable,

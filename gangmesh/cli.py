@@ -1,17 +1,50 @@
-"""The ``gangmesh`` command: ``plan`` a layout, ``check`` a cluster."""
+"""The ``gangmesh`` command: ``plan`` a layout, ``check`` a cluster.
+
+``plan`` needs numpy only: this module imports the check (and with it torch) only
+when the ``check`` command runs, and the SVG drawing only when it is asked for.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from gangmesh import __version__
 from gangmesh.environment import read_launch_environment
-from gangmesh.render import plan_json, plan_svg, plan_table
-from gangmesh.topology import MeshTopology
+from gangmesh.locality import check_ranks_per_node
+from gangmesh.render import JSON_CONTENTS, plan_json, plan_table
+from gangmesh.topology import DENSE_DIMS, MeshTopology
 
 USAGE_ERROR = 2
+"""Exit code for bad arguments and any other error the command reports in one line."""
+
+FINDINGS_EXIT = 1
+"""Exit code of ``gangmesh plan --strict`` when a locality finding is one to fix."""
+
+OPTIONS: dict[str, str] = {
+    name: "--" + name.replace("_", "-")
+    for name in ("world_size", "ranks_per_node", "rank", "order", *DENSE_DIMS, "ep", "etp")
+}
+"""The command-line spelling of each name the planner's error messages use."""
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.option_strings
+            and action.default not in (None, False, argparse.SUPPRESS)
+            and "%(default)" not in text
+        ):
+            text += " (default: %(default)s)"
+        return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,7 +65,8 @@ def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--etp", type=int, default=1, help="expert tensor parallel size: 1 or tp")
     group.add_argument(
         "--order",
-        help="the dense dimensions outermost first, e.g. pp,dp_replicate,dp_shard,cp,tp",
+        help="the five dense dimensions, comma-separated, outermost first "
+        "(default: pp,dp_replicate,dp_shard,cp,tp)",
     )
 
 
@@ -51,60 +85,147 @@ def dims_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``gangmesh``, its commands included."""
+    return build_parsers()[0]
+
+
+def help_text(command: str | None = None, *, width: int | None = None) -> str:
+    """The ``--help`` text of ``gangmesh`` or of one of its commands (``plan``, ``check``).
+
+    ``width`` wraps it at that many columns instead of the terminal's width.
+    """
+    parser, commands = build_parsers(width)
+    return (parser if command is None else commands[command]).format_help()
+
+
+def build_parsers(
+    width: int | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser of ``gangmesh`` and the parser of each command, by name.
+
+    ``width`` wraps the help at that many columns instead of the terminal's width.
+    """
+    formatter = functools.partial(_HelpFormatter, width=width) if width else _HelpFormatter
     parser = _Parser(
         prog="gangmesh",
         description="Plan parallel layouts and check that a cluster gets them.",
+        formatter_class=formatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"gangmesh {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     plan = commands.add_parser(
         "plan",
         help="print the gangs of a layout, computed without processes",
-        description="Print every gang of a layout (table, JSON or SVG) without processes.",
+        description="Print every gang of a layout (table, JSON or SVG) without processes. "
+        "Exit status: 0, or 1 with --strict when a locality finding is one to fix, or 2 for "
+        "bad arguments and other errors.",
+        formatter_class=formatter,
     )
-    plan.add_argument("--world-size", type=int, required=True, help="number of processes")
-    plan.add_argument("--ranks-per-node", type=int, help="processes per node, for locality")
-    _add_dim_arguments(plan)
-    plan.add_argument("--rank", type=int, help="also show the gangs of this rank")
-    plan.add_argument("--format", choices=("table", "json", "svg"), default="table")
-    plan.add_argument("--output", help="write to this file instead of standard output")
-
+    _add_plan_arguments(plan)
     check = commands.add_parser(
         "check",
         help="check gang layouts and collectives on real processes",
         description=(
             "Build the gangs on every process, check memberships against the plan, run "
-            "all_reduce, all_gather, broadcast and barrier on every gang and time all_reduce. "
+            "all_reduce, all_gather, all_to_all, reduce_scatter, broadcast and barrier on "
+            "every gang, time all_reduce, and report where each rank runs. "
             "Under torchrun or SLURM each process takes part as its rank; otherwise NPROC "
             "local CPU processes are started (gloo on 127.0.0.1)."
         ),
+        formatter_class=formatter,
     )
-    check.add_argument("--nproc", type=int, default=4, help="local processes (default 4)")
+    check.add_argument("--nproc", type=int, default=4, help="local processes")
     _add_dim_arguments(check)
     check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
     check.add_argument("--iters", type=int, default=10, help="timed all_reduces per size")
     check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
-    check.add_argument("--ranks-per-node", type=int, help="processes per node, for locality")
-    check.add_argument("--json", help="write the results to this JSON file (rank 0)")
+    check.add_argument(
+        "--ranks-per-node",
+        type=int,
+        help="processes per node, for the locality report (default: the launcher's local "
+        "world size, if any)",
+    )
+    check.add_argument(
+        "--json", help="write the results as JSON to this file, or to standard output for -"
+    )
     check.add_argument("--init-method", help=argparse.SUPPRESS)
     check.add_argument("--inject-exit-rank", type=int, help=argparse.SUPPRESS)
-    return parser
+    return parser, {"plan": plan, "check": check}
+
+
+def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
+    plan.add_argument("--world-size", type=int, required=True, help="number of processes")
+    plan.add_argument(
+        "--ranks-per-node",
+        type=int,
+        help="processes per node (a factor of the world size): draws nodes and checks that "
+        "the gangs which should stay on one node do (default: no locality check)",
+    )
+    _add_dim_arguments(plan)
+    plan.add_argument(
+        "--rank",
+        type=int,
+        help="also show this rank's coordinate and gangs (table, JSON), or outline its "
+        "groups (SVG)",
+    )
+    plan.add_argument(
+        "--format",
+        choices=("table", "json", "svg"),
+        default="table",
+        help="table: sizes, group counts, the first groups and the locality report; json: "
+        "for tools (see --json-content); svg: a picture, one panel per dimension",
+    )
+    plan.add_argument(
+        "--json-content",
+        choices=JSON_CONTENTS,
+        help="with --format json, all: every group of every dimension (about 54 MB at "
+        "2**20 ranks); counts: sizes and group counts only. --rank adds that rank's groups "
+        "either way (default: all)",
+    )
+    plan.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when a locality finding is one to fix (needs --ranks-per-node)",
+    )
+    plan.add_argument("--output", help="write to this file (default: standard output)")
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    """Print, or write to ``--output``, the plan in the chosen format; the exit status."""
+    if args.json_content is not None and args.format != "json":
+        raise _Failure(f"--json-content: applies to --format json only, got {args.format}")
+    if args.strict and args.ranks_per_node is None:
+        raise _Failure("--strict: checks locality, which needs --ranks-per-node")
     plan = MeshTopology(args.world_size, **dims_of(args))
     if args.rank is not None:
         plan.coordinate(args.rank)
+    per_node = args.ranks_per_node
+    if per_node is not None:
+        check_ranks_per_node(plan.world_size, per_node)
     if args.format == "json":
-        text = plan_json(plan, ranks_per_node=args.ranks_per_node, rank=args.rank)
+        content = args.json_content or "all"
+        text = plan_json(plan, ranks_per_node=per_node, rank=args.rank, content=content)
     elif args.format == "svg":
-        text = plan_svg(plan, ranks_per_node=args.ranks_per_node)
+        from gangmesh.svg import plan_svg
+
+        text = plan_svg(plan, ranks_per_node=per_node, rank=args.rank)
     else:
-        text = plan_table(plan, ranks_per_node=args.ranks_per_node, rank=args.rank)
+        text = plan_table(plan, ranks_per_node=per_node, rank=args.rank)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                out.write(text)
+        except OSError as ex:
+            raise _Failure(f"--output: cannot write {args.output}: {ex.strerror or ex}") from ex
     else:
         sys.stdout.write(text)
+        sys.stdout.flush()
+    if args.strict:
+        to_fix = [f for f in plan.check_locality(per_node) if f.avoidable]
+        if to_fix:
+            dims = ", ".join(f.dim for f in to_fix)
+            sys.stderr.write(f"gangmesh plan: --strict: locality findings to fix: {dims}\n")
+            return FINDINGS_EXIT
     return 0
 
 
@@ -124,9 +245,37 @@ def run_check(args: argparse.Namespace, argv: list[str]) -> int:
     return check_locally(args, dims_of(args), argv)
 
 
+def option_spelling(message: str) -> str:
+    """A planner's message with the names it starts with (and sizes) spelled as options.
+
+    >>> option_spelling("dp_shard, tp: tp=3 does not divide world_size 32")
+    '--dp-shard, --tp: --tp=3 does not divide --world-size 32'
+    """
+    subject, colon, rest = message.partition(": ")
+    names = re.split(r", | and ", subject)
+    if not colon or not all(name in OPTIONS for name in names):
+        return message
+    for name in names:
+        subject = re.sub(rf"\b{name}\b", OPTIONS[name], subject)
+    if names != ["order"]:
+        rest = re.sub(r"\b(\w+)=(?=-?\d)", lambda m: f"{OPTIONS.get(m[1], m[1])}=", rest)
+        rest = re.sub(r"\bworld_size (?=\d)", "--world-size ", rest)
+        inferred = r"\b(\w+)(?= cannot infer| is -1 by default)"
+        rest = re.sub(inferred, lambda m: OPTIONS.get(m[1], m[1]), rest)
+    return f"{subject}: {rest}"
+
+
+class _Failure(Exception):
+    """An error to report in one line as it is, without option spelling."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``gangmesh`` with ``argv`` (default: the command line); the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        sys.stderr.write(parser.format_help())
+        return USAGE_ERROR
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
         parser.exit(USAGE_ERROR, f"gangmesh {args.command}: error: --ranks-per-node must be >= 1\n")
     try:
@@ -134,8 +283,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_check(args, sys.argv[1:] if argv is None else list(argv))
         return run_plan(args)
     except ValueError as ex:
-        sys.stderr.write(f"gangmesh {args.command}: error: {ex}\n")
-        return USAGE_ERROR
+        text = option_spelling(str(ex)) if args.command == "plan" else str(ex)
+        return _fail(args.command, text)
+    except _Failure as ex:
+        return _fail(args.command, str(ex))
+    except MemoryError:
+        text = "out of memory listing every group (--json-content counts lists none)"
+        return _fail(args.command, text)
+    except BrokenPipeError:
+        # The reader (e.g. head) stopped reading: not an error of ours; stay quiet at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as ex:
+        return _fail(args.command, f"{ex.filename}: {ex.strerror}" if ex.filename else str(ex))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(command: str, text: str) -> int:
+    first = " ".join(text.split())
+    sys.stderr.write(f"gangmesh {command}: error: {first}\n")
+    return USAGE_ERROR
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ class CommunicatorInfo:
     gangs: tuple[str, ...]
     """Names of the gangs (and mesh dimensions) that share it."""
     backend: str
+    """The torch.distributed backend, such as "gloo" or "nccl"."""
     timeout: timedelta
+    """Timeout of its collectives."""
     created: bool
     """True if gangmesh created it; False if it wraps a group it was lent."""
 

@@ -13,12 +13,19 @@ class LaunchEnvironment:
     """Where this process stands in the job, as its launcher described it."""
 
     launcher: str
+    """Which launcher started the process: "torchrun" or "slurm"."""
     rank: int
+    """Global rank of this process."""
     world_size: int
+    """Number of processes in the job."""
     local_rank: int
+    """Rank of this process on its node."""
     local_world_size: int
+    """Number of processes on this node."""
     master_addr: str
+    """Address of the host where the processes meet."""
     master_port: int
+    """Port where the processes meet."""
     restart_count: int = 0
     """How many times torchrun restarted the job before this attempt."""
     agent_store: bool = False
@@ -36,6 +43,8 @@ def read_launch_environment(env: Mapping[str, str] | None = None) -> LaunchEnvir
     torchrun's variables (WORLD_SIZE, RANK, ...) win over SLURM's. Raises
     ValueError naming the variable when they are inconsistent: RANK without
     WORLD_SIZE, a rank outside the world, a value that is not an integer.
+
+    :param env: the variables to read; default: this process's environment.
     """
     env = os.environ if env is None else env
     if "RANK" in env or "WORLD_SIZE" in env:
@@ -91,7 +100,11 @@ def _read_slurm(env: Mapping[str, str]) -> LaunchEnvironment:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list: ``"gpu[007-009,012],cpu1"`` -> ``"gpu007"``."""
+    """The first host of a SLURM node list: ``"gpu[007-009,012],cpu1"`` -> ``"gpu007"``.
+
+    :param nodelist: the value of SLURM_JOB_NODELIST.
+    :raises ValueError: ``nodelist`` is not a SLURM node list.
+    """
     match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
     if match is None:
         raise ValueError(f"SLURM_JOB_NODELIST: expected a SLURM node list, got {nodelist!r}")

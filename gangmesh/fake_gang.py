@@ -27,6 +27,9 @@ class FakeGang(Gang):
     >>> t
     tensor([12.])
 
+    :param device: where the tensors passed to the collectives live.
+    :param rank: this process's rank in the simulated gang.
+    :param size: the number of processes it stands for.
     :raises TypeError: ``device`` is not a torch.device.
     :raises ValueError: ``size`` < 1 or ``rank`` outside ``[0, size)``.
     """
@@ -56,6 +59,10 @@ class FakeGang(Gang):
         """Nothing to release."""
 
     def as_process_group(self) -> NoReturn:
+        """A FakeGang has no process group: check :attr:`~Gang.supports_process_group` first.
+
+        :raises NotImplementedError: always.
+        """
         raise NotImplementedError(
             "FakeGang has no process group; check gang.supports_process_group first"
         )

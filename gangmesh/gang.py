@@ -30,10 +30,15 @@ class ReduceOperation(Enum):
     """How all_reduce and reduce_scatter combine the tensors of a gang."""
 
     SUM = 1
+    """The sum."""
     MEAN = 2
+    """The mean; for floating-point and complex tensors only."""
     PRODUCT = 3
+    """The product."""
     MIN = 4
+    """The element-wise minimum."""
     MAX = 5
+    """The element-wise maximum."""
 
     # Members are singletons: identity hashing keeps dict lookups on the hot path cheap.
     __hash__ = object.__hash__
@@ -101,6 +106,7 @@ class Gang(ABC):
         order as its other ``create_gang`` calls. A process's rank in the sub-gang
         is its position in ``ranks``. Returns ``None`` on processes not in ``ranks``.
 
+        :param ranks: the members, as ranks of this gang.
         :raises ValueError: ``ranks`` is empty, has duplicates or a rank outside
             ``[0, size)``.
         :raises GangError: the process group cannot be created.
@@ -108,7 +114,10 @@ class Gang(ABC):
         return self._create_gang(check_ranks(ranks, self.size))
 
     def make_gang(self, ranks: Sequence[int]) -> Gang | None:
-        """Same as :meth:`create_gang` (the name older code uses)."""
+        """Same as :meth:`create_gang` (the name older code uses).
+
+        :param ranks: the members, as ranks of this gang.
+        """
         return self.create_gang(ranks)
 
     def barrier(self) -> None:
@@ -121,6 +130,8 @@ class Gang(ABC):
     def all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
         """Reduce ``tensor`` in place over the gang with ``op``.
 
+        :param tensor: this process's values; holds the result afterwards.
+        :param op: how the values combine.
         :raises TypeError: ``tensor`` is not a tensor, ``op`` is not a
             ReduceOperation, or MEAN is asked of an integer tensor.
         :raises ValueError: ``tensor`` is on another device.
@@ -137,6 +148,8 @@ class Gang(ABC):
         ``[size * input_tensor.shape[0], *input_tensor.shape[1:]]`` or
         ``[size * input_tensor.numel()]``.
 
+        :param output_tensor: receives every process's ``input_tensor``.
+        :param input_tensor: this process's contribution.
         :raises TypeError, ValueError: mismatched types, dtypes, devices or shapes.
         :raises GangError: on failure or timeout.
         """
@@ -148,6 +161,8 @@ class Gang(ABC):
     def all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
         """Gather ``input_tensor`` of every process into ``output_tensors[rank]``.
 
+        :param output_tensors: ``size`` tensors; item ``r`` receives gang rank ``r``'s tensor.
+        :param input_tensor: this process's contribution.
         :raises TypeError, ValueError: ``output_tensors`` does not hold ``size``
             tensors shaped like ``input_tensor``.
         :raises GangError: on failure or timeout.
@@ -172,6 +187,9 @@ class Gang(ABC):
         >>> out
         tensor([6., 8.])
 
+        :param output_tensor: receives this process's reduced chunk.
+        :param input_tensor: this process's ``size`` chunks.
+        :param op: how the chunks combine.
         :raises TypeError, ValueError: mismatched types, dtypes, devices or shapes.
         :raises GangError: on failure or timeout.
         """
@@ -195,6 +213,10 @@ class Gang(ABC):
         ``input_split_sizes[d]`` rows to rank ``d`` and receives
         ``output_split_sizes[s]`` rows from rank ``s``, as MoE token dispatch needs.
 
+        :param output_tensor: receives the chunks of every rank, in rank order.
+        :param input_tensor: the chunks to send, in rank order.
+        :param output_split_sizes: rows received from each rank; None for equal chunks.
+        :param input_split_sizes: rows sent to each rank; None for equal chunks.
         :raises TypeError, ValueError: mismatched types, dtypes, devices or shapes,
             split lists of the wrong length, negative sizes or totals that do not
             match the tensors.
@@ -210,6 +232,8 @@ class Gang(ABC):
     def broadcast(self, tensor: Tensor, source_rank: int = 0) -> None:
         """Copy ``tensor`` of gang rank ``source_rank`` into ``tensor`` of every process.
 
+        :param tensor: the data on ``source_rank``; receives it on the other processes.
+        :param source_rank: the gang rank that sends.
         :raises ValueError: ``source_rank`` is outside ``[0, size)``.
         :raises GangError: on failure or timeout.
         """
@@ -223,6 +247,8 @@ class Gang(ABC):
         Every process passes a list of the same length; the objects must be
         picklable.
 
+        :param objects: the objects on ``source_rank``; replaced on the other processes.
+        :param source_rank: the gang rank that sends.
         :raises TypeError: ``objects`` is not a list.
         :raises ValueError: ``source_rank`` is outside ``[0, size)``.
         :raises GangError: on failure or timeout.

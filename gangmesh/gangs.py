@@ -21,7 +21,7 @@ from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.mesh_read import read_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.rendezvous import default_group_store, disagreement, meet, next_topic
+from gangmesh.rendezvous import LayoutAgreement
 from gangmesh.topology import (
     ALIASES,
     GANG_NAMES,
@@ -93,7 +93,9 @@ class Gangs:
     plan: MeshTopology
     """The layout these gangs were built from."""
     mesh: DeviceMesh | None
+    """The dense DeviceMesh, with the flattened "dp" and "dp_shard_cp"; None for fake gangs."""
     expert_mesh: DeviceMesh | None
+    """The expert DeviceMesh, with the flattened "edp"; None when ep = 1 and for fake gangs."""
     timeout: timedelta | None
     """Timeout of the groups these gangs created."""
 
@@ -263,10 +265,15 @@ class Gangs:
         in any order (a single data dimension may be named "dp": fully sharded);
         missing dimensions have size 1. ``expert_mesh`` (names among pp,
         dp_replicate, efsdp, ep, etp) adds the expert gangs. Both must number
-        ranks row-major, as init_device_mesh does. The plan is derived once from
+        ranks row-major, as :func:`~torch.distributed.device_mesh.init_device_mesh`
+        does. The plan is derived once from
         them. ``root`` defaults to the default process group; ``timeout`` (default:
         the root's) is that of the flattened groups gangmesh creates.
 
+        :param mesh: the dense mesh.
+        :param root: the gang of every process; default: the default process group's.
+        :param timeout: timeout of the flattened groups gangmesh creates.
+        :param expert_mesh: the expert mesh, if the job has expert parallelism.
         :raises ValueError: unknown or missing dimension names, a mesh that does not
             cover the root or is not numbered row-major, an expert mesh that does
             not fit the dense one.
@@ -334,6 +341,17 @@ def create_gangs(
     Every process of the root gang calls it with the same arguments. With a
     FakeGang root of size N it returns the FakeGangs of the plan instead.
 
+    :param root_gang: the gang of every process, from :func:`setup_root_gang`.
+    :param pp: pipeline parallel size (stages).
+    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
+    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
+    :param cp: context parallel size.
+    :param tp: tensor parallel size.
+    :param ep: expert parallel size.
+    :param etp: tensor parallel size of the experts: 1 or ``tp``.
+    :param order: the dense dimensions, outermost first, as a sequence or a
+        comma-separated string.
+    :param timeout: timeout of every group created; default: the root gang's.
     :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
         the expert view broken, or a root gang that is not the default group's.
     :raises GangError: a process group cannot be created.
@@ -350,7 +368,7 @@ def create_gangs(
         )
     sizes = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
     request = {**sizes, "ep": ep, "etp": etp, "order": order, "timeout": timeout}
-    agreeing = _Agreement(root_gang, request)
+    agreeing = LayoutAgreement(root_gang, request)
     try:
         plan = _plan(root_gang.size, sizes, ep, etp, order)
         timeout = _check_timeout(timeout)
@@ -379,54 +397,6 @@ def _plan(world_size: int, sizes: dict[str, Any], ep: Any, etp: Any, order: Any)
         raise
 
 
-class _Agreement:
-    """Checks that every process of the job asked create_gangs for the same layout.
-
-    One exchange through the job's store: each process leaves its request and waits
-    until all did. Processes that asked for something else are named within seconds;
-    processes that never come are named when the timeout expires.
-    """
-
-    def __init__(self, root: Gang, request: dict[str, Any]) -> None:
-        self._root = root if _meets(root) else None
-        self._request = {k: _jsonable(v) for k, v in request.items()}
-        self._topic = next_topic("create_gangs") if self._root is not None else ""
-
-    def leave_request(self) -> None:
-        """Leave this request without waiting (this process is about to raise)."""
-        if self._root is not None:
-            meet(default_group_store(), self._topic, self._root.rank, self._root.size,
-                 self._request, DEFAULT_TIMEOUT, wait=False)  # fmt: skip
-
-    def wait(self, timeout: timedelta) -> None:
-        """Wait for every process; ValueError naming who asked for what if they differ."""
-        if self._root is None:
-            return
-        root = self._root
-        requests = meet(
-            default_group_store(), self._topic, root.rank, root.size, self._request, timeout
-        )
-        if requests is not None:
-            raise ValueError(f"create_gangs: {disagreement(requests)}")
-
-
-def _meets(root: Gang) -> bool:
-    """Whether the root's processes are real and several (simulated ranks have no peers)."""
-    return (
-        isinstance(root, ProcessGroupGang)
-        and root.size > 1
-        and dist.get_backend(root.as_process_group()) != "fake"
-    )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value))
-    return value if isinstance(value, (int, float, str, type(None))) else repr(value)
-
-
 def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
     """Data and tensor parallel gangs: tp groups of ``tp_size`` adjacent ranks.
 
@@ -434,6 +404,8 @@ def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
     [0,2,4,6] [1,3,5,7]. Data parallelism is replicated (rdp = dp, sdp of size
     1) until :func:`create_fsdp_gangs` splits it.
 
+    :param root_gang: the gang of every process.
+    :param tp_size: the tensor parallel size.
     :raises ValueError: ``tp_size`` is not a positive factor of the root size.
     """
     tp_size = check_positive("tp_size", tp_size)
@@ -454,6 +426,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
     Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
     ``gangs`` where the members are the same.
 
+    :param gangs: the gangs to split the data parallel gang of.
+    :param intra_node_size: the sharded (sdp) size for HSDP; None for FSDP.
     :raises ValueError: ``intra_node_size`` does not divide ``gangs.dp.size``.
     """
     dp_size = gangs.dp.size
@@ -482,7 +456,10 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
 
 
 def create_fake_gangs(device: torch.device) -> Gangs:
-    """Gangs of one process (FakeGangs of size 1) on ``device``."""
+    """Gangs of one process (FakeGangs of size 1) on ``device``.
+
+    :param device: where the tensors passed to the collectives live.
+    """
     gang = FakeGang(device)
     return Gangs(root=gang, dp=gang, rdp=gang, sdp=gang, tp=gang, pp=gang)
 

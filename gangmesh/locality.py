@@ -35,17 +35,28 @@ class LocalityFinding:
     """
 
     dim: str
+    """The dimension whose groups cross nodes."""
     group: list[int]
+    """The first group that crosses, as global ranks."""
     nodes: list[int]
+    """The nodes that group touches."""
     message: str
+    """What crosses, why it matters and what to change; also ``str(finding)``."""
     avoidable: bool = True
+    """Whether a change of sizes or order avoids the crossing."""
 
     def __str__(self) -> str:
         return self.message
 
 
 def check_ranks_per_node(world_size: int, ranks_per_node: int) -> int:
-    """``ranks_per_node`` if nodes of that size can hold the world; ValueError otherwise."""
+    """``ranks_per_node`` if nodes of that size can hold the world; ValueError otherwise.
+
+    :param world_size: number of processes in the job.
+    :param ranks_per_node: how many consecutive ranks share a node.
+    :raises ValueError: ``ranks_per_node`` is not positive, or is smaller than the world
+        and does not divide it.
+    """
     per_node = check_positive("ranks_per_node", ranks_per_node)
     if per_node < world_size and world_size % per_node:
         raise ValueError(
@@ -68,7 +79,9 @@ def checked_dims(plan: MeshTopology) -> list[str]:
 def find_crossings(plan: MeshTopology, ranks_per_node: int) -> list[LocalityFinding]:
     """Every checked dimension whose groups cross nodes, with the reason and the fix.
 
-    Raises ValueError if ``ranks_per_node`` does not divide the world size.
+    :param plan: the layout to check.
+    :param ranks_per_node: how many consecutive ranks share a node.
+    :raises ValueError: ``ranks_per_node`` does not divide the world size.
     """
     per_node = check_ranks_per_node(plan.world_size, ranks_per_node)
     findings = []

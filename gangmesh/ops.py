@@ -21,6 +21,9 @@ def broadcast_flag(gang: Gang, flag: bool, source_rank: int = 0) -> bool:
     >>> broadcast_flag(FakeGang(torch.device("cpu")), True)
     True
 
+    :param gang: the gang to broadcast over.
+    :param flag: this process's flag; only ``source_rank``'s counts.
+    :param source_rank: the gang rank whose flag every process gets.
     :raises TypeError: ``flag`` is not a bool (or an int used as one).
     """
     if not isinstance(flag, (bool, int)):
@@ -38,6 +41,8 @@ def all_sum(gang: Gang, value: float | int | Tensor) -> Tensor:
     >>> all_sum(FakeGang(torch.device("cpu"), size=4), 2.5)
     tensor(10.)
 
+    :param gang: the gang to sum over.
+    :param value: this process's number or real tensor.
     :raises TypeError: ``value`` is neither a real number nor a real tensor.
     """
     if not _is_number(value) and not (isinstance(value, Tensor) and not value.is_complex()):
@@ -62,6 +67,9 @@ def all_reduce_dict(
     >>> all_reduce_dict(FakeGang(torch.device("cpu"), size=4), {"tokens": 3, "loss": 0.5})
     {'tokens': 12, 'loss': 2.0}
 
+    :param gang: the gang to reduce over.
+    :param data: metric name -> this process's number or real tensor.
+    :param op: how the values combine.
     :raises TypeError: ``data`` is not a mapping, or a value is neither a real
         number nor a real tensor.
     """
@@ -109,6 +117,9 @@ def all_gather_objects(gang: Gang, obj: Any) -> list[Any]:
 
     Two all_gathers: the pickle lengths, then the pickles padded to the longest.
     Unpickling runs code chosen by the sender: use it only among trusted peers.
+
+    :param gang: the gang to gather over.
+    :param obj: this process's object.
     """
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     lengths = torch.empty(gang.size, dtype=torch.int64, device=gang.device)

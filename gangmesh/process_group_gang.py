@@ -36,10 +36,16 @@ class ProcessGroupGang(Gang):
     gangmesh created for this gang, never a group it was handed. ``name`` labels
     the gang in messages (a mesh dimension such as "tp"). ``timeout`` is the one
     the group was created with (read back from the backend where it tells).
-    ``monitored`` makes :meth:`barrier` name the ranks that did not arrive;
+    ``monitored`` makes :meth:`~Gang.barrier` name the ranks that did not arrive;
     ``high_priority`` gives the groups made from this gang NCCL's high-priority
     streams.
 
+    :param pg: the group to wrap.
+    :param device: where the tensors passed to the collectives live.
+    :param name: the gang's label in messages.
+    :param timeout: the group's timeout, where the backend does not tell it.
+    :param monitored: whether barriers name the ranks that did not arrive.
+    :param high_priority: whether groups made from this gang use high-priority streams.
     :raises TypeError: ``pg`` is not a ProcessGroup or ``device`` not a torch.device.
     """
 
@@ -98,6 +104,17 @@ class ProcessGroupGang(Gang):
         one: gangmesh creates each group among its members only, and a split would
         need every process of the job.
 
+        :param device: the device of this process: ``cpu``, or ``cuda`` with an index.
+        :param timeout: timeout of the group and of every group made from it (default
+            :data:`~gangmesh.DEFAULT_TIMEOUT`).
+        :param high_priority: whether NCCL uses high-priority streams.
+        :param monitored: whether barriers name the ranks that did not arrive.
+        :param init_method: where the processes meet, such as ``tcp://host:port`` or
+            ``file:///path``.
+        :param rank: this process's rank; -1 reads RANK.
+        :param world_size: the number of processes; -1 reads WORLD_SIZE.
+        :param store: a store to meet through instead of ``init_method``.
+        :param backend: the torch.distributed backend, instead of the device's.
         :raises ValueError: another device type.
         :raises RuntimeError: torch.distributed is already initialised.
         :raises GangError: initialisation fails.
@@ -187,7 +204,7 @@ class ProcessGroupGang(Gang):
 
     @property
     def monitored(self) -> bool:
-        """Whether :meth:`barrier` names the ranks that did not arrive."""
+        """Whether :meth:`~Gang.barrier` names the ranks that did not arrive."""
         return self._monitor_group is not None
 
     @property

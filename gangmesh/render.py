@@ -1,13 +1,23 @@
-"""Show a MeshTopology to people (table, SVG) and tools (JSON)."""
+"""Show a MeshTopology to people (table, locality text) and tools (JSON).
+
+The SVG picture is drawn by :mod:`gangmesh.svg`. Nothing here lists every group unless
+asked to: the table and the JSON counts work out the few groups they show, so they stay
+cheap at any world size.
+"""
 
 from __future__ import annotations
 
 import json
-from html import escape
+from collections.abc import Sequence
 from typing import Any
 
-from gangmesh.locality import LocalityFinding
+import numpy as np
+
+from gangmesh.locality import LocalityFinding, checked_dims
 from gangmesh.topology import EXPERT_DIMS, MeshTopology
+
+JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
+"""What ``plan_json`` can write: every group of every dimension, or sizes and counts only."""
 
 
 def shown_dims(plan: MeshTopology) -> tuple[str, ...]:
@@ -17,8 +27,44 @@ def shown_dims(plan: MeshTopology) -> tuple[str, ...]:
     return (*plan.order, *flattened, *expert)
 
 
-SVG_MAX_RANKS = 1024
-"""Largest world an SVG picture is drawn for."""
+def group_ids(plan: MeshTopology, dim: str, ranks: np.ndarray) -> np.ndarray:
+    """For each rank, the index of its group along ``dim``: its row in ``plan.groups(dim)``.
+
+    >>> group_ids(MeshTopology(8, tp=2), "dp", np.arange(8)).tolist()
+    [0, 1, 0, 1, 0, 1, 0, 1]
+    """
+    view = plan.view(expert=dim in EXPERT_DIMS or dim == "edp")
+    inner = plan.resolve(dim)
+    if view is None:
+        return np.asarray(ranks, dtype=np.int64)
+    ids = np.zeros(len(ranks), dtype=np.int64)
+    for name, size, stride in zip(view.names, view.sizes, view.strides, strict=True):
+        if name not in inner:
+            ids = ids * size + (ranks // stride) % size
+    return ids
+
+
+def group_count(plan: MeshTopology, dim: str) -> int:
+    """How many groups ``dim`` has, without listing them."""
+    return plan.world_size // plan.size_of(dim)
+
+
+def first_groups(plan: MeshTopology, dim: str, count: int) -> list[list[int]]:
+    """The first ``count`` rows of ``plan.groups(dim)``, without listing the others."""
+    view = plan.view(expert=dim in EXPERT_DIMS or dim == "edp")
+    if view is None:
+        return [[r] for r in range(min(count, plan.world_size))]
+    inner = plan.resolve(dim)
+    dims = zip(view.names, view.sizes, view.strides, strict=True)
+    outer = [(size, stride) for name, size, stride in dims if name not in inner]
+    groups = []
+    for index in range(min(count, group_count(plan, dim))):
+        base, rest = 0, index
+        for size, stride in reversed(outer):
+            base += (rest % size) * stride
+            rest //= size
+        groups.append(plan.group_of(base, dim))
+    return groups
 
 
 def plan_table(
@@ -32,10 +78,10 @@ def plan_table(
     lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):
-        groups = plan.groups(dim)
-        shown = " ".join(_short(g) for g in groups[:first].tolist())
-        more = " ..." if len(groups) > first else ""
-        lines.append(f"{dim:<13} {plan.size_of(dim):>6} {len(groups):>8}  {shown}{more}")
+        count = group_count(plan, dim)
+        shown = " ".join(_short(g) for g in first_groups(plan, dim, first))
+        more = " ..." if count > first else ""
+        lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
     if rank is not None:
         coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(rank).items())
         lines.append(f"rank {rank}: {coordinate}")
@@ -44,25 +90,47 @@ def plan_table(
                 f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {_short(plan.group_of(rank, dim))}"
             )
     if ranks_per_node is not None:
-        lines.extend(findings_text(plan.check_locality(ranks_per_node)))
+        findings = plan.check_locality(ranks_per_node)
+        lines.extend(findings_text(findings, plan=plan, ranks_per_node=ranks_per_node))
     return "\n".join(lines) + "\n"
 
 
 def plan_json(
-    plan: MeshTopology, *, ranks_per_node: int | None = None, rank: int | None = None
+    plan: MeshTopology,
+    *,
+    ranks_per_node: int | None = None,
+    rank: int | None = None,
+    content: str = "all",
 ) -> str:
-    """Every group of every dimension, the findings and the given rank, as JSON."""
+    """The layout as JSON: sizes, group counts and, with ``content="all"``, every group.
+
+    ``rank`` adds that rank's coordinate and groups; ``ranks_per_node`` adds the
+    locality findings. Raises ValueError for an unknown ``content``.
+    """
+    if content not in JSON_CONTENTS:
+        raise ValueError(f"content: expected one of {', '.join(JSON_CONTENTS)}, got {content!r}")
     document: dict[str, Any] = {
         "world_size": plan.world_size,
         "order": list(plan.order),
         "dims": plan.dims,
         "expert_dims": plan.expert_dims,
-        "groups": {dim: plan.groups(dim).tolist() for dim in shown_dims(plan)},
+        "counts": {
+            dim: {"size": plan.size_of(dim), "groups": group_count(plan, dim)}
+            for dim in shown_dims(plan)
+        },
     }
+    if content == "all":
+        document["groups"] = {dim: plan.groups(dim).tolist() for dim in shown_dims(plan)}
     if ranks_per_node is not None:
         document["ranks_per_node"] = ranks_per_node
         document["locality_findings"] = [
-            {"dim": f.dim, "group": f.group, "nodes": f.nodes, "message": f.message}
+            {
+                "dim": f.dim,
+                "group": f.group,
+                "nodes": f.nodes,
+                "avoidable": f.avoidable,
+                "message": f.message,
+            }
             for f in plan.check_locality(ranks_per_node)
         ]
     if rank is not None:
@@ -74,86 +142,80 @@ def plan_json(
     return json.dumps(document) + "\n"
 
 
-_NODE_FILLS = ("#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#ffedd5", "#e0f2fe")
-_DP_COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d")
+def findings_text(
+    findings: Sequence[LocalityFinding],
+    *,
+    plan: MeshTopology | None = None,
+    ranks_per_node: int | None = None,
+) -> list[str]:
+    """The locality report as lines: what to fix, what cannot be helped, what was checked.
 
-
-def plan_svg(plan: MeshTopology, *, ranks_per_node: int | None = None) -> str:
-    """A picture of the mesh: one cell per rank, one row per node.
-
-    Cells are filled by node, each tp group is framed, and the dot in a cell
-    has its dp group's colour. Raises ValueError above SVG_MAX_RANKS ranks.
+    With ``plan`` and ``ranks_per_node`` the lines also name the dimensions checked
+    and the ones left unchecked because their groups are meant to span nodes.
     """
-    if plan.world_size > SVG_MAX_RANKS:
-        raise ValueError(
-            f"world_size: an SVG picture is drawn for at most {SVG_MAX_RANKS} ranks, "
-            f"got {plan.world_size}; use --format table or json"
-        )
-    per_row = ranks_per_node or min(plan.world_size, 8)
-    cell, gap, left, top = 56, 6, 70, 64
-    rows = -(-plan.world_size // per_row)
-    width = left + per_row * (cell + gap) + 20
-    height = top + rows * (cell + gap) + 40
-
-    def origin(rank: int) -> tuple[int, int]:
-        return left + (rank % per_row) * (cell + gap), top + (rank // per_row) * (cell + gap)
-
-    sizes = ", ".join(f"{k}={v}" for k, v in plan.dims.items())
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="12">',
-        f'<text x="10" y="20" font-size="15">world size {plan.world_size}: {escape(sizes)}</text>',
-        '<text x="10" y="40" fill="#555">cell fill: node; frame: tp group; '
-        "dot colour: dp group</text>",
+    to_fix = [f for f in findings if f.avoidable]
+    notes = [f for f in findings if not f.avoidable]
+    if plan is None or ranks_per_node is None:
+        if not findings:
+            return ["locality: no checked gang (tp, cp, ep; dp_shard with replicas) crosses a node"]
+        return [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
+    if ranks_per_node >= plan.world_size:
+        return [
+            f"locality: one node of {ranks_per_node} ranks holds all {plan.world_size} ranks, "
+            f"so no gang crosses a node"
+        ]
+    found = {f.dim for f in findings}
+    checked = checked_dims(plan)
+    fine = [f"{dim} (size {plan.size_of(dim)})" for dim in checked if dim not in found]
+    unchecked = [
+        dim
+        for dim in ("pp", "dp_replicate", "dp_shard", "efsdp")
+        if plan.size_of(dim) > 1 and dim not in checked
     ]
-    label = "node" if ranks_per_node else "row"
-    for row in range(rows):
-        y = top + row * (cell + gap) + cell // 2 + 4
-        parts.append(f'<text x="10" y="{y}">{label} {row}</text>')
-    dp_index = {int(r): i for i, group in enumerate(plan.groups("dp").tolist()) for r in group}
-    for rank in range(plan.world_size):
-        x, y = origin(rank)
-        fill = _NODE_FILLS[(rank // per_row) % len(_NODE_FILLS)]
-        dot = _DP_COLOURS[dp_index[rank] % len(_DP_COLOURS)]
-        parts.append(
-            f"<g><title>rank {rank}: dp group {dp_index[rank]}</title>"
-            f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" rx="4" fill="{fill}"/>'
-            f'<text x="{x + cell // 2}" y="{y + cell // 2}" text-anchor="middle">{rank}</text>'
-            f'<circle cx="{x + cell // 2}" cy="{y + cell - 12}" r="5" fill="{dot}"/></g>'
-        )
-    if plan.dims["tp"] > 1:
-        for group in plan.groups("tp").tolist():
-            parts.extend(_frame(group, origin, cell, per_row))
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+    stay = f"{_join(fine)} groups each stay on one node of {ranks_per_node} ranks"
+    cross = f"{_join(unchecked)} groups are meant to cross nodes and were not checked"
+    if not findings:
+        if not fine:
+            return [f"locality: nothing to check on nodes of {ranks_per_node} ranks; {cross}"]
+        return [f"locality: {stay}" + (f"; {cross}" if unchecked else "")]
+    lines = [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
+    if fine:
+        lines.append(f"  - fine: {stay}")
+    if unchecked:
+        lines.append(f"  - not checked: {_join(unchecked)} groups, meant to cross nodes")
+    return lines
 
 
-def _frame(group: list[int], origin: Any, cell: int, per_row: int) -> list[str]:
-    """Outline a run of consecutive ranks, one rectangle per row it covers."""
-    frames = []
-    start = group[0]
-    while start <= group[-1]:
-        end = min(group[-1], (start // per_row + 1) * per_row - 1)
-        (x0, y0), (x1, _) = origin(start), origin(end)
-        frames.append(
-            f'<rect x="{x0 - 3}" y="{y0 - 3}" width="{x1 - x0 + cell + 6}" '
-            f'height="{cell + 6}" rx="6" fill="none" stroke="#111" stroke-width="2"/>'
-        )
-        start = end + 1
-    return frames
+def finding_label(finding: LocalityFinding) -> str:
+    """``"to fix"`` for a crossing a change of sizes or order avoids, else ``"unavoidable"``."""
+    return "to fix" if finding.avoidable else "unavoidable"
+
+
+def _count_line(to_fix: list[LocalityFinding], notes: list[LocalityFinding]) -> str:
+    parts = []
+    if to_fix:
+        parts.append(f"{len(to_fix)} to fix")
+    if notes:
+        parts.append(f"{len(notes)} unavoidable at these sizes")
+    return f"locality findings: {', '.join(parts)}"
+
+
+def _finding_lines(to_fix: list[LocalityFinding], notes: list[LocalityFinding]) -> list[str]:
+    return [f"  - {finding_label(f)}: {f}" for f in (*to_fix, *notes)]
+
+
+def _join(words: Sequence[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    if len(words) < 2:
+        return "".join(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
     if ranks_per_node is None:
         return ""
     nodes = -(-plan.world_size // ranks_per_node)
-    return f", {ranks_per_node} ranks per node ({nodes} nodes)"
-
-
-def findings_text(findings: list[LocalityFinding]) -> list[str]:
-    if not findings:
-        return ["locality: every gang is node-local as intended"]
-    return ["locality findings:"] + [f"  - {finding}" for finding in findings]
+    return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"
 
 
 def _short(group: list[int], limit: int = 8) -> str:

@@ -24,7 +24,8 @@ import torch.distributed as dist
 
 from gangmesh import _c10d
 from gangmesh.environment import LaunchEnvironment
-from gangmesh.gang import GangError
+from gangmesh.gang import DEFAULT_TIMEOUT, Gang, GangError
+from gangmesh.process_group_gang import ProcessGroupGang
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -223,3 +224,51 @@ def disagreement(requests: dict[int, dict[str, Any]]) -> str:
 
 def _ranks_text(ranks: list[int]) -> str:
     return str(ranks) if len(ranks) <= 8 else f"{ranks[:7]} ... ({len(ranks)} ranks)"
+
+
+class LayoutAgreement:
+    """Checks that every process of the job asked ``create_gangs`` for the same layout.
+
+    One exchange through the job's store: each process leaves its request and waits
+    until all did. Processes that asked for something else are named within seconds;
+    processes that never come are named when the timeout expires.
+    """
+
+    def __init__(self, root: Gang, request: dict[str, Any]) -> None:
+        self._root = root if _meets(root) else None
+        self._request = {k: _jsonable(v) for k, v in request.items()}
+        self._topic = next_topic("create_gangs") if self._root is not None else ""
+
+    def leave_request(self) -> None:
+        """Leave this request without waiting (this process is about to raise)."""
+        if self._root is not None:
+            meet(default_group_store(), self._topic, self._root.rank, self._root.size,
+                 self._request, DEFAULT_TIMEOUT, wait=False)  # fmt: skip
+
+    def wait(self, timeout: timedelta) -> None:
+        """Wait for every process; ValueError naming who asked for what if they differ."""
+        if self._root is None:
+            return
+        root = self._root
+        requests = meet(
+            default_group_store(), self._topic, root.rank, root.size, self._request, timeout
+        )
+        if requests is not None:
+            raise ValueError(f"create_gangs: {disagreement(requests)}")
+
+
+def _meets(root: Gang) -> bool:
+    """Whether the root's processes are real and several (simulated ranks have no peers)."""
+    return (
+        isinstance(root, ProcessGroupGang)
+        and root.size > 1
+        and dist.get_backend(root.as_process_group()) != "fake"
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return value if isinstance(value, (int, float, str, type(None))) else repr(value)

@@ -49,6 +49,11 @@ def setup_root_gang(
     gangmesh creates later from this gang. ``monitored`` makes ``barrier()``
     name the ranks that did not arrive.
 
+    :param device: this process's device; default: ``cuda:LOCAL_RANK`` where CUDA is
+        available, else ``cpu`` (for a default group already started: its backend's).
+    :param timeout: bound of every wait, here and in the groups made later.
+    :param monitored: whether barriers name the ranks that did not arrive.
+    :param high_priority: whether NCCL uses high-priority streams.
     :raises ValueError: an inconsistent environment, an unsupported device, or
         processes that asked for different timeouts or devices.
     :raises GangError: the store or the process group cannot start in time.

@@ -61,7 +61,9 @@ class View:
     """One way of laying the world out: dimension names and sizes, outermost first."""
 
     names: tuple[str, ...]
+    """Dimension names, outermost first."""
     sizes: tuple[int, ...]
+    """Size of each dimension, in the same order."""
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -69,9 +71,17 @@ class View:
         return tuple(math.prod(self.sizes[i + 1 :]) for i in range(len(self.sizes)))
 
     def size(self, name: str) -> int:
+        """Size of dimension ``name``.
+
+        :param name: one of :attr:`names`.
+        """
         return self.sizes[self.names.index(name)]
 
     def stride(self, name: str) -> int:
+        """Rank distance between neighbours along dimension ``name``.
+
+        :param name: one of :attr:`names`.
+        """
         return self.strides[self.names.index(name)]
 
 
@@ -95,9 +105,18 @@ class MeshTopology:
     >>> moe.groups("ep").tolist()
     [[0, 1, 2, 3], [4, 5, 6, 7]]
 
-    Raises ValueError naming the dimensions, sizes and world size when the sizes
-    are not positive or their product is not ``world_size``, and naming the rule
-    when ``ep``, ``etp`` or ``order`` break one.
+    :param world_size: number of processes in the job.
+    :param pp: pipeline parallel size (stages).
+    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
+    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
+    :param cp: context parallel size.
+    :param tp: tensor parallel size.
+    :param ep: expert parallel size.
+    :param etp: tensor parallel size of the experts: 1 or ``tp``.
+    :param order: the dense dimensions, outermost first.
+    :raises ValueError: sizes that are not positive or whose product is not
+        ``world_size`` (naming the dimensions, sizes and world size), or ``ep``,
+        ``etp`` or ``order`` breaking a rule (naming it).
     """
 
     def __init__(
@@ -193,13 +212,17 @@ class MeshTopology:
     def resolve(self, dim: str | tuple[str, ...]) -> tuple[str, ...]:
         """The dimensions behind a name, alias or tuple of names, outermost first.
 
-        Raises ValueError for unknown names, repeats, names out of mesh order or
-        names of the dense and the expert view together.
+        :param dim: a dimension name or alias, or a tuple of dimension names.
+        :raises ValueError: unknown names, repeats, names out of mesh order or names
+            of the dense and the expert view together.
         """
         return self._view_of(dim)[1]
 
     def size_of(self, dim: str | tuple[str, ...]) -> int:
-        """Size of a dimension, or of several flattened together."""
+        """Size of a dimension, or of several flattened together.
+
+        :param dim: a dimension name or alias, or a tuple of dimension names.
+        """
         view, names = self._view_of(dim)
         if view is None:
             return 1
@@ -210,6 +233,8 @@ class MeshTopology:
 
         Row i is the i-th group in row-major order of the other dimensions;
         within a row, ranks follow the coordinate along ``dim``.
+
+        :param dim: a dimension name or alias, or a tuple of dimension names.
         """
         view, names = self._view_of(dim)
         ranks = np.arange(self._world_size, dtype=np.int64)
@@ -222,7 +247,11 @@ class MeshTopology:
         return groups
 
     def group_of(self, rank: int, dim: str | tuple[str, ...]) -> list[int]:
-        """The group along ``dim`` that holds ``rank``, in O(number of dims) work."""
+        """The group along ``dim`` that holds ``rank``, in O(number of dims) work.
+
+        :param rank: a global rank.
+        :param dim: a dimension name or alias, or a tuple of dimension names.
+        """
         rank = self._check_rank(rank)
         view, names = self._view_of(dim)
         if view is None:
@@ -236,7 +265,11 @@ class MeshTopology:
         return (base + offsets).tolist()  # type: ignore[no-any-return]
 
     def rank_in(self, rank: int, dim: str | tuple[str, ...]) -> int:
-        """The rank of process ``rank`` inside its group along ``dim``."""
+        """The rank of process ``rank`` inside its group along ``dim``.
+
+        :param rank: a global rank.
+        :param dim: a dimension name or alias, or a tuple of dimension names.
+        """
         rank = self._check_rank(rank)
         view, names = self._view_of(dim)
         if view is None:
@@ -248,7 +281,10 @@ class MeshTopology:
         return index
 
     def coordinate(self, rank: int) -> dict[str, int]:
-        """The coordinate of ``rank`` along each dense dimension, then each expert one."""
+        """The coordinate of ``rank`` along each dense dimension, then each expert one.
+
+        :param rank: a global rank.
+        """
         rank = self._check_rank(rank)
         coordinate = _coordinate(self._dense, rank)
         if self._expert is not None:
@@ -259,8 +295,9 @@ class MeshTopology:
     def rank_of(self, **coordinate: int) -> int:
         """The rank at a coordinate of one view; omitted dimensions count as 0.
 
-        Raises ValueError for unknown dimensions, coordinates out of range, or
-        dense-only and expert-only dimensions in one call.
+        :param coordinate: dimension name -> position along it, e.g. ``tp=1, pp=0``.
+        :raises ValueError: unknown dimensions, coordinates out of range, or
+            dense-only and expert-only dimensions in one call.
         """
         expert = [name for name in coordinate if name in EXPERT_DIMS]
         view = self._expert if expert else self._dense
@@ -284,13 +321,19 @@ class MeshTopology:
         """Gangs that cross nodes where they should not; empty when all is node-local.
 
         See :func:`gangmesh.locality.find_crossings` for the rules.
+
+        :param ranks_per_node: how many consecutive ranks share a node.
+        :raises ValueError: ``ranks_per_node`` does not divide the world size.
         """
         from gangmesh.locality import find_crossings
 
         return find_crossings(self, ranks_per_node)
 
     def view(self, expert: bool = False) -> View | None:
-        """The dense view, or the expert view (None when ep = 1)."""
+        """The dense view, or the expert view (None when ep = 1).
+
+        :param expert: whether to return the expert view.
+        """
         return self._expert if expert else self._dense
 
     def _view_of(self, dim: str | tuple[str, ...]) -> tuple[View | None, tuple[str, ...]]:

@@ -29,15 +29,16 @@ def main() -> None:
     replicas = 1 if fsdp else 2
     gangs = gm.create_gangs(root, dp_replicate=replicas, dp_shard=-1)
     if root.rank == 0:
-        log.info("%s on %d processes: %s", "FSDP" if fsdp else "HSDP", root.size, gangs)
+        noun = "process" if root.size == 1 else "processes"
+        log.info("%s on %d %s: %s", "FSDP" if fsdp else "HSDP", root.size, noun, gangs)
 
     model = make_model(root.device)
-    if gangs.mesh is not None:  # a world of one process has nothing to shard over
-        mesh = gangs.mesh["dp_shard"] if fsdp else gangs.mesh["dp_replicate", "dp_shard"]
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        check_sharded(model.blocks[0].up.weight, gangs.sdp.size, root.rank)
+    assert gangs.mesh is not None
+    mesh = gangs.mesh["dp_shard"] if fsdp else gangs.mesh["dp_replicate", "dp_shard"]
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    check_sharded(model.blocks[0].up.weight, gangs.sdp.size, root.rank)
 
     losses = train_data_parallel(model, gangs.dp)
     compare(losses, reference_losses(root.device), root.rank)

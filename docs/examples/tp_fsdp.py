@@ -37,13 +37,13 @@ def main() -> None:
         log.info("TP %d x DP %d on %d processes: %s", tp, gangs.dp.size, root.size, gangs)
 
     model = make_model(root.device)
-    if gangs.mesh is not None:
-        for block in model.blocks:
-            parallelize_module(block, gangs.mesh["tp"], BLOCK_PLAN)
-            fully_shard(block, mesh=gangs.mesh["dp_shard"])
-        fully_shard(model, mesh=gangs.mesh["dp_shard"])
-        # `up` rows are split by tp, then by dp.
-        check_sharded(model.blocks[0].up.weight, gangs.tp.size * gangs.dp.size, root.rank)
+    assert gangs.mesh is not None
+    for block in model.blocks:
+        parallelize_module(block, gangs.mesh["tp"], BLOCK_PLAN)
+        fully_shard(block, mesh=gangs.mesh["dp_shard"])
+    fully_shard(model, mesh=gangs.mesh["dp_shard"])
+    # `up` rows are split by tp, then by dp.
+    check_sharded(model.blocks[0].up.weight, gangs.tp.size * gangs.dp.size, root.rank)
 
     losses = train_data_parallel(model, gangs.dp)
     compare(losses, reference_losses(root.device), root.rank)

@@ -1,8 +1,12 @@
-"""Both columns of each migration guide run on 4 processes and print the same lines."""
+"""The migration guides' examples run as the page says: fairseq2's column against the published
+fairseq2 0.8.1 gang module, gangmesh's against gangmesh, and the DeviceMesh pair."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -12,33 +16,57 @@ from tests.dist.launch import REPO, torchrun
 pytestmark = pytest.mark.dist
 
 MIGRATION = REPO / "docs/examples/migration"
-SHIMS = Path(__file__).parent / "shims"
+FAIRSEQ2 = "0.8.1"
 
 
-def printed(script: str, *, with_fairseq2_names: bool = False) -> list[str]:
-    env = {"PYTHONPATH": f"{REPO}:{SHIMS}"} if with_fairseq2_names else None
-    run = torchrun(MIGRATION / script, 4, env=env)
+def printed(script: str, nproc: int, pythonpath: str = str(REPO)) -> list[str]:
+    run = torchrun(MIGRATION / script, nproc, env={"PYTHONPATH": pythonpath})
     assert run.returncode == 0, run.output
     # Ranks share one stdout, so a line may be interleaved with another rank's: find records.
-    records = sorted(re.findall(r"(rank \d+: .*?)(?=rank \d+: |\n|$)", run.output))
-    assert len(records) == 4, run.output
-    return records
+    return sorted(re.findall(r"(rank \d+: .*?)(?=rank \d+: |\n|$)", run.output))
 
 
-def test_fairseq2_code_runs_unchanged_on_gangmesh_names():
-    gangmesh = printed("gangmesh_side.py")
-    # sdp pairs consecutive dp ranks of each tp rank: {0,2}, {1,3}.
-    assert gangmesh == [
-        "rank 0: sdp sum 2.0, tp rank 0",
-        "rank 1: sdp sum 4.0, tp rank 1",
-        "rank 2: sdp sum 2.0, tp rank 0",
-        "rank 3: sdp sum 4.0, tp rank 1",
-    ]
-    assert printed("fairseq2_side.py", with_fairseq2_names=True) == gangmesh
+def expected(name: str) -> list[str]:
+    return (MIGRATION / name).read_text().splitlines()
+
+
+@pytest.fixture(scope="module")
+def fairseq2_site(tmp_path_factory) -> Path:
+    """fairseq2's published wheel, unpacked, with a package __init__ that does not load its
+    native extension (the gang module does not need it)."""
+    where = tmp_path_factory.mktemp("fairseq2")
+    fetch = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+         f"fairseq2=={FAIRSEQ2}", "--dest", str(where)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    wheels = sorted(where.glob("fairseq2-*.whl"))
+    if fetch.returncode or not wheels:
+        pytest.skip(f"the fairseq2 {FAIRSEQ2} wheel cannot be fetched here: {fetch.stderr[-300:]}")
+    site = where / "site"
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        wheel.extractall(site)
+    (site / "fairseq2" / "__init__.py").write_text('"""fairseq2, without fairseq2n."""\n')
+    return site
+
+
+def test_the_fairseq2_column_prints_what_fairseq2_0_8_1_prints(fairseq2_site):
+    assert printed("fairseq2_side.py", 8, str(fairseq2_site)) == expected("fairseq2_output.txt")
+
+
+def test_the_same_code_on_gangmesh_prints_what_the_page_shows():
+    assert printed("gangmesh_side.py", 8) == expected("gangmesh_output.txt")
+    fairseq2_code = (MIGRATION / "fairseq2_side.py").read_text().splitlines()
+    gangmesh_code = (MIGRATION / "gangmesh_side.py").read_text().splitlines()
+    differences = [line for line in gangmesh_code if line not in fairseq2_code]
+    assert differences == [
+        "# gangmesh: the same code, importing from gangmesh.compat.fairseq2",
+        "from gangmesh.compat.fairseq2 import (",
+    ], "only the import differs"
 
 
 def test_gangs_replace_hand_made_mesh_groups():
-    by_hand = printed("devicemesh_side.py")
+    by_hand = printed("devicemesh_side.py", 4)
     # shard groups {0,1} and {2,3} sum to 1 and 5; the replicate broadcast takes rank 2 or 3's 5.
     assert by_hand == [f"rank {r}: 5.0" for r in range(4)]
-    assert printed("gangs_side.py") == by_hand
+    assert printed("gangs_side.py", 4) == by_hand

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
-from tests.dist.launch import REPO, torchrun
+from tests.dist.launch import REPO, run_command, torchrun
 
 pytestmark = pytest.mark.dist
 
@@ -28,4 +29,14 @@ def test_recipe_matches_one_process_and_shards(name):
     steps = re.findall(r"step \d: loss [\d.]+ \(single process [\d.]+, rel\. error ([\d.e+-]+)\)", run.output)
     assert len(steps) == 4, run.output
     assert max(float(e) for e in steps) <= 1e-5
+    assert "matches the single-process run within 1e-05" in run.output
+
+
+@pytest.mark.parametrize("script", ["hsdp.py", "tp_fsdp.py"])
+def test_one_process_without_torchrun_runs_the_same_code_on_a_real_mesh(script):
+    run = run_command([sys.executable, str(REPO / "docs/examples" / script)], timeout=180)
+    assert run.returncode == 0, run.output
+    assert "running as a job of one process" in run.output
+    # FSDP2 made the weight a DTensor over a one-process mesh: the shard is the whole weight.
+    assert "blocks[0].up.weight: local shard (128, 32) of global (128, 32)" in run.output
     assert "matches the single-process run within 1e-05" in run.output

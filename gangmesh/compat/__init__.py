@@ -1,0 +1,1 @@
+"""Modules that let code written for other libraries run on gangmesh."""
