@@ -135,13 +135,15 @@ def register_flattened(
 
     ``DeviceMesh._flatten`` would make a new group for every flattened set of
     ranks, even where one with the same members exists. This builds the same
-    flattened mesh around a group gangmesh already holds. Public alternative to
-    watch: a way to hand ``_flatten`` existing groups.
+    flattened mesh around a group gangmesh already holds. It slices the layout
+    itself: on torch 2.14 ``mesh[dims]`` imports ``torch._dynamo``, and that import
+    keeps the default group (and its threads) alive until the interpreter ends.
+    Public alternative to watch: a way to hand ``_flatten`` existing groups.
     """
-    submesh = mesh[dims] if len(dims) > 1 else mesh[dims[0]]
+    sliced = mesh._get_slice_mesh_layout(dims)
     flat = DeviceMesh(
         mesh.device_type,
-        _layout=type(submesh._layout)([submesh._layout.collapse()]),
+        _layout=type(sliced)([sliced.collapse()]),
         _rank_map=mesh._rank_map,
         mesh_dim_names=(name,),
         _root_mesh=mesh,

@@ -6,20 +6,31 @@ import atexit
 import gc
 import logging
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch.distributed as dist
 
 from gangmesh.communicators import forget_all
 
-if TYPE_CHECKING:
-    from gangmesh.process_group_gang import ProcessGroupGang
-
 log = logging.getLogger("gangmesh")
 
-live_gangs: weakref.WeakSet[ProcessGroupGang] = weakref.WeakSet()
-"""Every ProcessGroupGang not yet collected."""
+
+class Releasable(Protocol):
+    """An object that holds torch process groups, directly or through a DeviceMesh."""
+
+    def _release(self) -> None:
+        """Drop every reference to torch's groups and meshes."""
+
+
+_holders: weakref.WeakSet[Releasable] = weakref.WeakSet()
+"""Every holder of groups not yet collected."""
 _exit_teardown_installed = False
+
+
+def release_at_exit(holder: Releasable) -> None:
+    """Make ``holder`` drop its groups at interpreter exit (see :func:`install_exit_teardown`)."""
+    _holders.add(holder)
+    install_exit_teardown()
 
 
 def install_exit_teardown() -> None:
@@ -32,8 +43,10 @@ def install_exit_teardown() -> None:
     "terminate called without an active exception"). Shutting the groups down
     from an atexit hook is not enough while Python objects still reference
     the groups: the backends, and their threads, live on. So the hook also
-    releases every gang's references, which destroys the backends and joins
-    their threads while the interpreter still runs.
+    releases the references of every gang and of every Gangs (their DeviceMeshes
+    hold the groups too), which destroys the backends and joins their threads
+    while the interpreter still runs. Groups that user objects still hold (a
+    mesh kept in a variable, FSDP2's state) live on to finalisation.
     """
     global _exit_teardown_installed
     if not _exit_teardown_installed:
@@ -47,7 +60,7 @@ def _teardown_at_exit() -> None:
             dist.destroy_process_group()
         except (RuntimeError, ValueError) as ex:
             log.debug("shutting process groups down at exit failed: %s", ex)
-    for gang in list(live_gangs):
-        gang._release()
+    for holder in list(_holders):
+        holder._release()
     forget_all()
     gc.collect()

@@ -101,8 +101,13 @@ class Registry:
     """The groups of one default process group, keyed by what makes them interchangeable."""
 
     def __init__(self, world: ProcessGroup | None) -> None:
-        self.world = world
+        self._world = None if world is None else weakref.ref(world)
         self._entries: dict[CommunicatorKey, _Entry] = {}
+
+    @property
+    def world(self) -> ProcessGroup | None:
+        """The default group of these groups (held weakly: it belongs to its creator)."""
+        return None if self._world is None else self._world()
 
     def acquire(self, key: CommunicatorKey) -> Lease:
         """A lease on the group for ``key``, created by this call if there is none yet.

@@ -16,6 +16,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from gangmesh import mesh_build
 from gangmesh._checks import InvalidTypeError, check_positive
+from gangmesh._exit import release_at_exit
 from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
@@ -48,6 +49,7 @@ class Gangs:
     """
 
     __slots__ = (
+        "__weakref__",
         "_closed",
         "_gangs",
         "_leases",
@@ -136,6 +138,8 @@ class Gangs:
         )  # fmt: skip
         self.mesh = mesh
         self.expert_mesh = expert_mesh
+        if mesh is not None or expert_mesh is not None:
+            release_at_exit(self)
         self.timeout = timeout
         self._gangs: dict[str, Gang] = {
             "dp_replicate": rdp,
@@ -155,6 +159,11 @@ class Gangs:
                     f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
                     f"there is {', '.join(str(getattr(self, name).rank) for name in off)}"
                 )
+
+    def _release(self) -> None:
+        """Drop the meshes (they hold torch's groups); for the exit teardown only."""
+        self.mesh = None
+        self.expert_mesh = None
 
     @classmethod
     def _of(

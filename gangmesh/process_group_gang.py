@@ -14,7 +14,7 @@ from torch.distributed import ProcessGroup
 
 from gangmesh import _backend, _c10d
 from gangmesh._checks import InvalidTypeError
-from gangmesh._exit import install_exit_teardown, live_gangs
+from gangmesh._exit import release_at_exit
 from gangmesh._validate import normalized_device
 from gangmesh.communicators import CommunicatorKey, Lease, acquire
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang, GangError, ReduceOperation
@@ -76,8 +76,7 @@ class ProcessGroupGang(Gang):
         self._monitor_lease: Lease | None = None
         if monitored:
             self._monitor_with_gloo(pg)
-        live_gangs.add(self)
-        install_exit_teardown()
+        release_at_exit(self)
 
     @classmethod
     def create_default_process_group(

@@ -17,10 +17,12 @@ import json
 import logging
 import socket
 import time
+import weakref
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from gangmesh import _c10d
 from gangmesh.environment import LaunchEnvironment
@@ -34,8 +36,9 @@ log = logging.getLogger("gangmesh")
 
 _connections: dict[tuple[str, int, int, bool], Store] = {}
 _setups = 0
-_job: tuple[Store, LaunchEnvironment, object] | None = None
-"""The store of gangmesh's last setup, its environment, and the default group it started."""
+_job: tuple[Store, LaunchEnvironment, weakref.ref[ProcessGroup] | None] | None = None
+"""The store of gangmesh's last setup, its environment, and the default group it started
+(held weakly: the group's threads must end when its owner lets it go)."""
 _meetings: tuple[object, int] = (None, 0)
 
 
@@ -60,14 +63,18 @@ def started_with(store: Store) -> None:
     """Record that the current default group was started with ``store``."""
     global _job
     if _job is not None and _job[0] is store:
-        _job = (store, _job[1], dist.group.WORLD)
+        world = dist.group.WORLD
+        _job = (store, _job[1], None if world is None else weakref.ref(world))
 
 
-def _current_job() -> tuple[Store, LaunchEnvironment, object] | None:
-    """gangmesh's job store, if the current default group was started with it."""
-    if _job is not None and _job[2] is not None and _job[2] is dist.group.WORLD:
-        return _job
-    return None
+def _current_job() -> tuple[Store, LaunchEnvironment] | None:
+    """gangmesh's job store and environment, if the current default group was started with it."""
+    if _job is None or _job[2] is None:
+        return None
+    world = _job[2]()
+    if world is None or world is not dist.group.WORLD:
+        return None
+    return _job[0], _job[1]
 
 
 def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:

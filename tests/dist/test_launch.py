@@ -47,6 +47,16 @@ def test_seed_parallel_gangs_example_prints_dp_and_tp_ranks():
         assert f"Rank {rank}: Tensor Parallel Rank: {rank % 2}" in run.output
 
 
+def test_at_exit_no_gloo_thread_outlives_gangmeshs_hook(tmp_path):
+    """gloo threads alive when the interpreter finalises can abort the process at exit."""
+    run = torchrun("exit_clean.py", 4, "--threads-to", str(tmp_path))
+    assert run.returncode == 0, run.output
+    results = run.results(tmp_path)
+    assert sorted(results) == [0, 1, 2, 3]
+    for rank, got in results.items():
+        assert not [name for name in got["threads"] if "gloo" in name], (rank, got)
+
+
 def test_a_script_that_never_closes_exits_zero_every_time():
     codes = []
     for _ in range(12):
