@@ -3,7 +3,9 @@
     python -m benchmarks.plan_bench [--max-exp 20] [--json F]
 
 Baseline (same run): the bare numpy work of one transposed copy of the rank array per
-dimension, which any planner has to do to list every group.
+dimension, which any planner has to do to list every group. The last column plans the same
+world with ep=8 as well: every group of the dense view and of the expert view (ep, efsdp,
+etp, edp).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from benchmarks.report import best_of, json_argument, print_table, write_json
 from gangmesh.render import shown_dims
 from gangmesh.topology import DIM_NAMES, MeshTopology
 
-TITLE = "MeshTopology: full plan (every group of every dense dimension, dp and dp_shard_cp)"
+TITLE = "MeshTopology: full plan (every group of every dimension, dp and dp_shard_cp; ep=8 too)"
 
 
-def full_plan(world_size: int) -> int:
-    plan = MeshTopology(world_size, pp=4, dp_replicate=2, cp=2, tp=8)
+def full_plan(world_size: int, ep: int = 1) -> int:
+    plan = MeshTopology(world_size, pp=4, dp_replicate=2, cp=2, tp=8, ep=ep)
     return sum(plan.groups(dim).size for dim in shown_dims(plan))
 
 
@@ -45,12 +47,14 @@ def main() -> None:
         world = 2**exp
         planner = best_of(lambda w=world: full_plan(w), args.repeats)
         baseline = best_of(lambda w=world: numpy_baseline(w), args.repeats)
+        expert = best_of(lambda w=world: full_plan(w, ep=8), args.repeats)
         rows.append(
             {
                 "world_size": world,
                 "plan_s": planner,
                 "numpy_baseline_s": baseline,
                 "ratio": planner / baseline,
+                "plan_ep8_s": expert,
             }
         )
     print_table(TITLE, rows)
