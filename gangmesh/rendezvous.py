@@ -164,15 +164,22 @@ def meet(
         try:
             store.wait([f"{prefix}all"], timeout)
         except RuntimeError as ex:
-            raise GangError(_absentees(store, prefix, topic, world_size, timeout)) from ex
+            raise GangError(_absentees(store, prefix, _label(topic), world_size, timeout)) from ex
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
         texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
     except (RuntimeError, ConnectionError) as ex:
         if isinstance(ex, GangError):
             raise
-        raise GangError(f"{topic}: the job's store does not answer ({ex}); {_server()}") from ex
+        raise GangError(
+            f"{_label(topic)}: the job's store does not answer ({ex}); {_server()}"
+        ) from ex
     return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
+
+
+def _label(topic: str) -> str:
+    """The name of a meeting in messages: its topic without the count."""
+    return topic.partition("#")[0]
 
 
 def _absentees(store: Store, prefix: str, topic: str, world_size: int, timeout: timedelta) -> str:
@@ -213,7 +220,7 @@ def next_topic(name: str) -> str:
     owner, count = _meetings
     count = count + 1 if owner is store else 0
     _meetings = (store, count)
-    return f"{name}{count}"
+    return f"{name}#{count}"
 
 
 def disagreement(requests: dict[int, dict[str, Any]]) -> str:

@@ -48,7 +48,7 @@ def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(tmp_path, m
             continue
         got = results[me]
         assert got["kind"] == "GangError"
-        assert got["error"].startswith(f"create_gangs0: rank {absent} on ")
+        assert got["error"].startswith(f"create_gangs: rank {absent} on ")
         assert "did not arrive within 5 s" in got["error"]
         assert ("rank 0 is among them" in got["error"]) == (absent == 0)
         assert TIMEOUT_S <= got["seconds"] < TIMEOUT_S + 5
