@@ -9,6 +9,13 @@ subclass to dispatch) of a real dtype that needs no reinterpretation. Anything e
 paths wait for the work as the public functions do, so the effect on streams and the
 errors raised are the same. The methods and option classes used here are the ones
 c10d backends implement; the test suite runs both paths on every supported torch.
+
+Private parts used, each with its public alternative (used when the private part is
+absent, and by every call on a tensor that is not plain): ``ProcessGroup._allgather_base``
+and ``_reduce_scatter_base`` on torch releases without ``all_gather_single`` /
+``reduce_scatter_single`` (public: ``dist.all_gather_into_tensor``,
+``dist.reduce_scatter_tensor``), and the option classes of ``torch.distributed.
+distributed_c10d`` (public: the options the public functions build themselves).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from gangmesh.environment import read_launch_environment
 from gangmesh.gang import Gang, GangError
 from gangmesh.gangs import create_gangs
 from gangmesh.launch import run_local_workers
+from gangmesh.locality import check_ranks_per_node
 from gangmesh.ops import all_gather_objects, broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.render import findings_text
@@ -38,6 +39,8 @@ def check_locally(args: argparse.Namespace, dims: dict[str, Any], argv: list[str
     if args.nproc < 1:
         raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
     MeshTopology(args.nproc, **dims)
+    if args.ranks_per_node is not None:
+        check_ranks_per_node(args.nproc, args.ranks_per_node)
     parse_sizes(args.sizes)
     noun = "process" if args.nproc == 1 else "processes"
     print(f"gangmesh check: starting {args.nproc} local {noun} (gloo on 127.0.0.1)...",
@@ -69,6 +72,8 @@ def check_as_rank(args: argparse.Namespace, dims: dict[str, Any]) -> int:
             up = "1 process is" if root.size == 1 else f"{root.size} processes are"
             print(f"gangmesh check: {up} up; building the gangs...", file=sys.stderr, flush=True)
         plan = MeshTopology(root.size, **dims)
+        if args.ranks_per_node is not None:
+            check_ranks_per_node(root.size, args.ranks_per_node)
         gangs = create_gangs(root, **dims, timeout=timeout)
         if args.inject_exit_rank == rank:
             os._exit(3)  # a crash, for fault-injection tests: no cleanup, no goodbye

@@ -36,11 +36,12 @@ class Gangs:
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
     ``mesh`` is the dense DeviceMesh (dimensions in ``plan.order``, plus the
-    flattened "dp" and "dp_shard_cp"); hand it to FSDP2
+    flattened "dp" and "dp_shard_cp" when gangmesh built it); hand it to FSDP2
     (``mesh["dp_replicate", "dp_shard"]`` for HSDP), tensor parallelism
     (``mesh["tp"]``) and pipeline stages. ``expert_mesh`` has the dimensions
     ("pp", "dp_replicate", "efsdp", "ep", "etp") and the flattened "edp" over the
-    same processes when ``ep > 1``, else it is None. Both are None for fake gangs.
+    same processes when ``ep > 1``, else it is None. Both are None for fake gangs;
+    :meth:`from_mesh` keeps the user's meshes as they are.
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`).
 
@@ -95,9 +96,9 @@ class Gangs:
     plan: MeshTopology
     """The layout these gangs were built from."""
     mesh: DeviceMesh | None
-    """The dense DeviceMesh, with the flattened "dp" and "dp_shard_cp"; None for fake gangs."""
+    """The dense DeviceMesh (built: with the flattened "dp" and "dp_shard_cp"); None if fake."""
     expert_mesh: DeviceMesh | None
-    """The expert DeviceMesh, with the flattened "edp"; None when ep = 1 and for fake gangs."""
+    """The expert DeviceMesh (built: with the flattened "edp"); None when ep = 1 or fake."""
     timeout: timedelta | None
     """Timeout of the groups these gangs created."""
 
@@ -276,8 +277,10 @@ class Gangs:
         dp_replicate, efsdp, ep, etp) adds the expert gangs. Both must number
         ranks row-major, as :func:`~torch.distributed.device_mesh.init_device_mesh`
         does. The plan is derived once from
-        them. ``root`` defaults to the default process group; ``timeout`` (default:
-        the root's) is that of the flattened groups gangmesh creates.
+        them; the meshes are kept as they are (gangmesh adds no flattened
+        dimension to them: ``gangs.dp`` is a gang of its own). ``root`` defaults
+        to the default process group; ``timeout`` (default: the root's) is that
+        of the flattened groups gangmesh creates.
 
         :param mesh: the dense mesh.
         :param root: the gang of every process; default: the default process group's.

@@ -39,7 +39,7 @@ def read_meshes(
         **{name: dense.get(name, 1) for name in DENSE_DIMS},
         ep=expert.get("ep", 1),
         etp=expert.get("etp", 1),
-        order=[*dense, *(name for name in DENSE_DIMS if name not in dense)],
+        order=_order(list(dense)),
     )
     _check_row_major("mesh", mesh, plan)
     groups = {
@@ -54,6 +54,16 @@ def read_meshes(
             if name in EXPERT_DIMS
         )
     return plan, groups
+
+
+def _order(present: list[str]) -> list[str]:
+    """The mesh's dimensions in its order, with the missing ones (all of size 1) placed where
+    the plan's rules want them: pp and dp_replicate outermost, the others just inside the
+    last of those the mesh has (so that tp, when present and innermost, stays innermost)."""
+    shared = [name for name in SHARED_DIMS if name not in present]
+    others = [name for name in DENSE_DIMS if name not in present and name not in SHARED_DIMS]
+    inside = max((i + 1 for i, name in enumerate(present) if name in SHARED_DIMS), default=0)
+    return [*shared, *present[:inside], *others, *present[inside:]]
 
 
 def _dims_of(argument: str, mesh: DeviceMesh, known: tuple[str, ...]) -> dict[str, int]:

@@ -10,9 +10,6 @@ from tests.dist.launch import WORKERS, free_port, run_command
 
 pytestmark = pytest.mark.dist
 
-RUNS = 3
-
-
 def restarted_job(out, rendezvous: str, *args: str):
     if rendezvous == "static":
         where = ["--master-addr=127.0.0.1", f"--master-port={free_port()}"]
@@ -26,9 +23,9 @@ def restarted_job(out, rendezvous: str, *args: str):
 
 
 @pytest.mark.parametrize("rendezvous", ["static", "c10d"])
-@pytest.mark.parametrize("run", range(RUNS))
-def test_a_restarted_attempt_comes_back(tmp_path, rendezvous, run):
-    job = restarted_job(tmp_path, rendezvous)
+@pytest.mark.parametrize("death", ["exit", "raise", "kill"])
+def test_a_restarted_attempt_comes_back(tmp_path, rendezvous, death):
+    job = restarted_job(tmp_path, rendezvous, "--die-by", death)
     assert job.returncode == 0, job.output
     results = job.results(tmp_path)
     # The second attempt of both ranks finished: 2 ranks summed 1s, then the tp pair summed.

@@ -201,3 +201,10 @@ def test_plan_never_imports_torch(fmt):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "modules at exit: numpy", "numpy but never torch"
+
+
+def test_check_refuses_nodes_that_do_not_divide_the_processes_before_starting_any(capsys):
+    assert main(["check", "--nproc", "4", "--ranks-per-node", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "ranks_per_node: expected a factor of world_size 4" in err
+    assert "starting" not in err

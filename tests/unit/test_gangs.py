@@ -102,8 +102,33 @@ def test_from_mesh_wraps_a_users_two_dim_mesh_and_fills_the_rest():
         assert (gangs.pp.size, gangs.cp.size) == (1, 1)
         assert gangs.mesh is mesh
         assert gangs.plan == gm.MeshTopology(
-            8, dp_shard=4, tp=2, order="dp_shard,tp,pp,dp_replicate,cp"
+            8, dp_shard=4, tp=2, order="pp,dp_replicate,cp,dp_shard,tp"
         )
+        gangs.close()
+
+
+@pytest.mark.parametrize(
+    ("names", "shape", "etp"),
+    [
+        (("dp_shard", "tp"), (4, 2), 1),
+        (("dp_replicate", "dp_shard", "tp"), (2, 2, 2), 1),
+        (("dp_shard", "tp"), (4, 2), 2),
+    ],
+)
+def test_from_mesh_reads_an_expert_mesh_beside_a_dense_mesh_without_pp(names, shape, etp):
+    with simulate_gangs(8, 5):
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
+        plan = gm.MeshTopology(8, **dict(zip(names, shape, strict=True)), ep=2, etp=etp)
+        expert_dims = {name: size for name, size in plan.expert_dims.items() if size > 1}
+        expert_mesh = init_device_mesh(
+            "cpu", tuple(expert_dims.values()), mesh_dim_names=tuple(expert_dims)
+        )
+        gangs = gm.Gangs.from_mesh(mesh, expert_mesh=expert_mesh)
+        assert gangs.plan.expert_dims == plan.expert_dims
+        for name in ("ep", "efsdp", "etp", "edp", "tp", "dp"):
+            gang = gangs[name]
+            got = members(gang) if gang.size > 1 else [5]
+            assert got == list(plan.group_of(5, name)), name
         gangs.close()
 
 

@@ -1,11 +1,13 @@
 """A job whose rank 1 dies on the first attempt; torchrun restarts it and it must come back.
 
-    restart.py OUT [plain]    plain: the same job on raw torch.distributed, for comparison
+    restart.py OUT [plain]           plain: the same job on raw torch.distributed, for comparison
+    restart.py OUT --die-by HOW      HOW: exit (os._exit, the default), raise or kill (SIGKILL)
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from datetime import timedelta
 
@@ -36,6 +38,11 @@ gangs = gm.create_gangs(root, tp=2)
 total = torch.ones(1)
 root.all_reduce(total, gm.ReduceOperation.SUM)
 if attempt == 0 and root.rank == 1:
+    how = sys.argv[sys.argv.index("--die-by") + 1] if "--die-by" in sys.argv else "exit"
+    if how == "raise":
+        raise RuntimeError("rank 1 fails on the first attempt")
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     os._exit(1)
 gangs.tp.all_reduce(total, gm.ReduceOperation.SUM)
 root.barrier()
