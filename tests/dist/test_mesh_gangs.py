@@ -51,6 +51,10 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, la
         expected = {tuple(plan.group_of(me, name)) for name in BUILT_NAMES} | {tuple(range(WORLD))}
         got = results[me][layout]["communicators"]
         assert sorted(tuple(c["ranks"]) for c in got) == sorted(r for r in expected if len(r) > 1)
+        # What torch holds behind the gangs and meshes: the same groups, none more.
+        assert sorted(map(tuple, results[me][layout]["real_groups"])) == sorted(
+            tuple(c["ranks"]) for c in got
+        )
         assert [c["created"] for c in got if c["ranks"] == list(range(WORLD)) and "root" in c["gangs"]] == [False]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 from common import write_results
 
 import gangmesh as gm
@@ -50,6 +51,14 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         {"ranks": list(info.ranks), "gangs": list(info.gangs), "created": info.created}
         for info in gangs.communicators()
     ]
+    # The groups torch actually holds behind the gangs and both meshes, fake ones aside.
+    gang_list = [gangs.root, *(gangs[name] for name in BUILT_NAMES)]
+    groups = [g.as_process_group() for g in gang_list if isinstance(g, gm.ProcessGroupGang)]
+    for mesh in (gangs.mesh, gangs.expert_mesh):
+        if mesh is not None:
+            groups += [mesh.get_group(name) for name in mesh.mesh_dim_names or ()]
+    real = {id(g): g for g in groups if dist.get_backend(g) != "fake"}
+    out["real_groups"] = sorted(dist.get_process_group_ranks(g) for g in real.values())
     if gangs.mesh is not None:
         out["mesh"] = {"names": list(gangs.mesh.mesh_dim_names or ()), "shape": list(gangs.mesh.shape)}
     if gangs.expert_mesh is not None:
