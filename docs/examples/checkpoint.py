@@ -47,12 +47,10 @@ from toy_model import (
     LR,
     RTOL,
     ToyModel,
-    global_batch,
-    local_slice,
     log,
-    loss_of,
     make_model,
     setup_logging,
+    train_step,
 )
 
 import gangmesh as gm
@@ -144,20 +142,6 @@ def latest_checkpoint(directory: Path, root: gm.Gang) -> int:
 
 
 # --- training ------------------------------------------------------------------------------
-
-
-def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, dp: gm.Gang
-) -> Tensor:
-    """One optimizer step on this process's slice of the global batch of ``step``; the loss."""
-    inputs, targets = global_batch(step, dp.device)
-    inputs = local_slice(inputs, dp.rank, dp.size)
-    targets = local_slice(targets, dp.rank, dp.size)
-    loss = loss_of(model(inputs), targets)
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    return loss.detach()
 
 
 def reference_run(steps: int, device: torch.device) -> tuple[list[float], dict[str, Tensor]]:

@@ -74,6 +74,21 @@ def loss_of(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits, targets.reshape(-1))
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, dp: Gang) -> Tensor:
+    """One optimizer step on this process's slice of the global batch of ``step``; the loss.
+
+    The processes of one tp gang share a dp rank, hence the same slice of the batch.
+    """
+    inputs, targets = global_batch(step, dp.device)
+    inputs = local_slice(inputs, dp.rank, dp.size)
+    targets = local_slice(targets, dp.rank, dp.size)
+    loss = loss_of(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.detach()
+
+
 def train_data_parallel(model: nn.Module, dp: Gang) -> list[float]:
     """Train on this process's slice of each global batch; the mean loss over ``dp`` per step.
 
@@ -82,15 +97,7 @@ def train_data_parallel(model: nn.Module, dp: Gang) -> list[float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
     for step in range(STEPS):
-        inputs, targets = global_batch(step, dp.device)
-        # The processes of one tp gang share a dp rank, hence the same slice of the batch.
-        inputs = local_slice(inputs, dp.rank, dp.size)
-        targets = local_slice(targets, dp.rank, dp.size)
-        loss = loss_of(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        mean = loss.detach().clone()
+        mean = train_step(model, optimizer, step, dp).clone()
         dp.all_reduce(mean, ReduceOperation.MEAN)
         losses.append(mean.item())
     return losses
