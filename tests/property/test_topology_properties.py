@@ -215,14 +215,18 @@ def test_a_bad_size_is_a_value_error_naming_the_dimension(plan, dim, bad):
 
 @given(layouts(max_world_size=4096), st.integers(2, 97))
 def test_sizes_whose_product_is_not_the_world_are_rejected(plan, factor):
-    sizes = plan.dims
     with pytest.raises(ValueError, match=f"but world_size is {plan.world_size * factor}"):
-        MeshTopology(plan.world_size * factor, **sizes)
-    assume(plan.world_size % factor)
+        MeshTopology(plan.world_size * factor, **plan.dims)
+
+
+@given(layouts(max_world_size=4096), st.sampled_from(DENSE_DIMS), st.data())
+def test_sizes_that_do_not_divide_the_world_leave_nothing_to_infer(plan, dim, data):
+    known = plan.world_size // plan.dims[dim]
+    assume(known > 1)
+    # Every world that the sizes given do not divide: a multiple of them plus a remainder.
+    world = known * data.draw(st.integers(0, 64)) + data.draw(st.integers(1, known - 1))
     with pytest.raises(ValueError, match="cannot infer its size"):
-        MeshTopology(
-            plan.world_size // factor or 1, **{**sizes, "pp": sizes["pp"] * factor, "tp": -1}
-        )
+        MeshTopology(world, **{**plan.dims, dim: -1})
 
 
 @given(layouts(max_world_size=4096), st.sampled_from(DENSE_DIMS))
