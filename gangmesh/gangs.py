@@ -40,13 +40,15 @@ class Gangs:
     (``mesh["dp_replicate", "dp_shard"]`` for HSDP), tensor parallelism
     (``mesh["tp"]``) and pipeline stages. ``expert_mesh`` has the dimensions
     ("pp", "dp_replicate", "efsdp", "ep", "etp") and the flattened "edp" over the
-    same processes when ``ep > 1``, else it is None. Both are None for fake gangs;
-    :meth:`from_mesh` keeps the user's meshes as they are.
+    same processes, for every ep (at ep = 1 its ep dimension has size 1). Both are
+    None for fake gangs; :meth:`from_mesh` keeps the user's meshes as they are.
+    Built directly from gangs, without the expert ones, a Gangs takes the dense
+    gangs of the same members: etp = tp, efsdp = sdp, edp = dp (ep = 1, cp = 1).
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`).
 
-    :raises ValueError: root rank 0 is not rank 0 of every gang, or the gang sizes
-        do not multiply to the root size.
+    :raises ValueError: root rank 0 is not rank 0 of every gang, the gang sizes
+        do not multiply to the root size, or expert gangs are missing where cp > 1.
     """
 
     __slots__ = (
@@ -98,7 +100,7 @@ class Gangs:
     mesh: DeviceMesh | None
     """The dense DeviceMesh (built: with the flattened "dp" and "dp_shard_cp"); None if fake."""
     expert_mesh: DeviceMesh | None
-    """The expert DeviceMesh (built: with the flattened "edp"); None when ep = 1 or fake."""
+    """The expert DeviceMesh (built: with the flattened "edp"); None if fake."""
     timeout: timedelta | None
     """Timeout of the groups these gangs created."""
 
@@ -126,13 +128,23 @@ class Gangs:
 
         self.root = root
         self.dp, self.rdp, self.sdp, self.tp, self.pp = dp, rdp, sdp, tp, pp
-        self.cp, self.ep, self.efsdp, self.etp, self.edp = (
-            one(cp),
-            one(ep),
-            one(efsdp),
-            one(etp),
-            one(edp),
-        )
+        self.cp, self.ep = one(cp), one(ep)
+        given = {"dp": dp, "rdp": rdp, "sdp": sdp, "tp": tp, "pp": pp, "cp": self.cp, "ep": ep,
+                 "efsdp": efsdp, "etp": etp, "edp": edp}  # fmt: skip
+        off = [name for name, gang in given.items() if gang is not None and gang.rank != 0]
+        if root.rank == 0 and off:
+            raise ValueError(
+                f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
+                f"there is {', '.join(str(given[name].rank) for name in off)}"  # type: ignore[union-attr]
+            )
+        if (efsdp is None or edp is None) and self.cp.size > 1:
+            raise ValueError(
+                f"efsdp, edp: expected the expert gangs when cp={self.cp.size} > 1 (efsdp "
+                f"spans dp_shard x cp, which no dense gang holds), got none"
+            )
+        self.efsdp = sdp if efsdp is None else efsdp
+        self.etp = tp if etp is None else etp
+        self.edp = dp if edp is None else edp
         self.plan = plan or MeshTopology(
             root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=self.cp.size,
             tp=tp.size, ep=self.ep.size, etp=self.etp.size,
@@ -153,13 +165,6 @@ class Gangs:
         }
         self._leases: list[Lease] = []
         self._closed = False
-        if root.rank == 0:
-            off = [name for name, gang in self.items() if gang.rank != 0]
-            if off:
-                raise ValueError(
-                    f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
-                    f"there is {', '.join(str(getattr(self, name).rank) for name in off)}"
-                )
 
     def _release(self) -> None:
         """Drop the meshes (they hold torch's groups); for the exit teardown only."""
@@ -285,7 +290,8 @@ class Gangs:
         :param mesh: the dense mesh.
         :param root: the gang of every process; default: the default process group's.
         :param timeout: timeout of the flattened groups gangmesh creates.
-        :param expert_mesh: the expert mesh, if the job has expert parallelism.
+        :param expert_mesh: the expert mesh, if the user has one; without it,
+            gangmesh creates the expert gangs' groups.
         :raises ValueError: unknown or missing dimension names, a mesh that does not
             cover the root or is not numbered row-major, an expert mesh that does
             not fit the dense one.
@@ -344,8 +350,8 @@ def create_gangs(
     The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
     outermost first unless ``order`` says otherwise, plus the flattened "dp"
     (dp_replicate x dp_shard) and "dp_shard_cp". Exactly one size may be -1
-    (inferred). With ``ep > 1`` an expert mesh ("pp", "dp_replicate", "efsdp",
-    "ep", "etp") lays the same processes out for expert layers. ``timeout``
+    (inferred). An expert mesh ("pp", "dp_replicate", "efsdp", "ep", "etp") lays
+    the same processes out for expert layers (at ep = 1 too). ``timeout``
     (default: the root gang's) is the timeout of every group created; the root's
     ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
     members share one communicator; a dimension of size 1 has none.

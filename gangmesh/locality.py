@@ -92,7 +92,6 @@ def find_crossings(plan: MeshTopology, ranks_per_node: int) -> list[LocalityFind
         if crossing.any():
             index = int(np.argmax(crossing))
             view = plan.view(expert=name == "ep")
-            assert view is not None
             avoidable, advice = _advice(name, view, per_node)
             message = (
                 f"{name}: {int(crossing.sum())} of {len(groups)} groups span nodes, e.g. "

@@ -7,7 +7,6 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
@@ -60,11 +59,8 @@ def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Bui
     try:
         lone = acquire(CommunicatorKey((dist.get_rank(),), "fake", FAKE_TIMEOUT, False))
         built.leases.append(lone)
-        dense, expert = plan.view(), plan.view(expert=True)
-        assert dense is not None
-        built.mesh = _mesh(root.device, dense, built.gangs, lone.group)
-        if expert is not None:
-            built.expert_mesh = _mesh(root.device, expert, built.gangs, lone.group)
+        built.mesh = _mesh(root.device, plan.view(), built.gangs, lone.group)
+        built.expert_mesh = _mesh(root.device, plan.view(expert=True), built.gangs, lone.group)
     except (RuntimeError, ValueError) as ex:
         release(built)
         raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
@@ -145,11 +141,10 @@ def _mesh(
         gang = gangs[name]
         return gang.as_process_group() if gang.supports_process_group else lone
 
-    world = int(np.prod(view.sizes))
     mesh = DeviceMesh.from_group(
         [group(name) for name in view.names],
         device.type,
-        mesh=torch.arange(world, dtype=torch.int).reshape(view.sizes),
+        mesh=torch.from_numpy(view.grid()).to(torch.int),
         mesh_dim_names=view.names,
     )
     with warnings.catch_warnings():

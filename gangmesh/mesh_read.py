@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
@@ -82,9 +81,8 @@ def _dims_of(argument: str, mesh: DeviceMesh, known: tuple[str, ...]) -> dict[st
 def _check_row_major(
     argument: str, mesh: DeviceMesh, plan: MeshTopology, expert: bool = False
 ) -> None:
-    """Raise unless ``mesh`` numbers the ranks row-major, as the plan does."""
-    shape = plan.expert_shape if expert else plan.shape
-    expected = torch.arange(plan.world_size).reshape(shape or ())
+    """Raise unless ``mesh`` numbers the ranks as the plan's view does (row-major)."""
+    expected = plan.view(expert=expert).grid()
     if mesh.mesh.reshape(-1).tolist() != expected.reshape(-1).tolist():
         raise ValueError(
             f"{argument}: expected ranks 0..{plan.world_size - 1} numbered row-major over its "
@@ -95,8 +93,6 @@ def _check_row_major(
 def _check_expert_mesh(mesh: DeviceMesh, dims: dict[str, int], plan: MeshTopology) -> None:
     """Raise unless the expert mesh is the expert view of the dense plan."""
     view = plan.expert_dims
-    if view is None:
-        raise ValueError(f"expert_mesh: expected an 'ep' dimension of size > 1, got {dims}")
     names = [name for name in view if view[name] > 1 or name in dims]
     if list(dims) != names or any(dims[name] != view[name] for name in dims):
         raise ValueError(

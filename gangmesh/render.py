@@ -21,10 +21,9 @@ JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
 
 
 def shown_dims(plan: MeshTopology) -> tuple[str, ...]:
-    """The dimensions the table and JSON list: the mesh's, dp, and the expert ones if any."""
+    """The dimensions the table and JSON list: the mesh's, dp, and the expert ones."""
     flattened = ("dp", "dp_shard_cp") if plan.size_of("cp") > 1 else ("dp",)
-    expert = (*EXPERT_DIMS, "edp") if plan.expert_dims is not None else ()
-    return (*plan.order, *flattened, *expert)
+    return (*plan.order, *flattened, *EXPERT_DIMS, "edp")
 
 
 def group_ids(plan: MeshTopology, dim: str, ranks: np.ndarray) -> np.ndarray:
@@ -35,12 +34,11 @@ def group_ids(plan: MeshTopology, dim: str, ranks: np.ndarray) -> np.ndarray:
     """
     view = plan.view(expert=dim in EXPERT_DIMS or dim == "edp")
     inner = plan.resolve(dim)
-    if view is None:
-        return np.asarray(ranks, dtype=np.int64)
+    coordinates = view.coordinates(np.asarray(ranks, dtype=np.int64))
     ids = np.zeros(len(ranks), dtype=np.int64)
-    for name, size, stride in zip(view.names, view.sizes, view.strides, strict=True):
+    for name, size in zip(view.names, view.sizes, strict=True):
         if name not in inner:
-            ids = ids * size + (ranks // stride) % size
+            ids = ids * size + coordinates[name]
     return ids
 
 
@@ -52,8 +50,6 @@ def group_count(plan: MeshTopology, dim: str) -> int:
 def first_groups(plan: MeshTopology, dim: str, count: int) -> list[list[int]]:
     """The first ``count`` rows of ``plan.groups(dim)``, without listing the others."""
     view = plan.view(expert=dim in EXPERT_DIMS or dim == "edp")
-    if view is None:
-        return [[r] for r in range(min(count, plan.world_size))]
     inner = plan.resolve(dim)
     dims = zip(view.names, view.sizes, view.strides, strict=True)
     outer = [(size, stride) for name, size, stride in dims if name not in inner]
@@ -63,7 +59,7 @@ def first_groups(plan: MeshTopology, dim: str, count: int) -> list[list[int]]:
         for size, stride in reversed(outer):
             base += (rest % size) * stride
             rest //= size
-        groups.append(plan.group_of(base, dim))
+        groups.append(plan.group_of(int(view.ranks(np.int64(base))), dim))
     return groups
 
 

@@ -127,7 +127,7 @@ def plan_svg(
     grid = _Grid.build(lo, hi, per_node, cols, max(36, 7 * digits + 10))
     findings = {f.dim: f for f in plan.check_locality(per_node)} if per_node else {}
     dims = [d for d, s in plan.dims.items() if s > 1]
-    dims += [d for d, s in (plan.expert_dims or {}).items() if d in EXPERT_DIMS and s > 1]
+    dims += [d for d, s in plan.expert_dims.items() if d in EXPERT_DIMS and s > 1]
     panels = [_Panel.draw(plan, dim, grid, findings.get(dim), rank) for dim in dims]
 
     title = f"{plan.world_size} ranks"
@@ -226,9 +226,7 @@ class _Panel:
         ]
         top = 40
         parts += [_text(0, top + y + 22, text, 11, fill="#333") for y, text in grid.labels]
-        view = plan.view(expert=dim in EXPERT_DIMS)
-        assert view is not None, "a drawn dimension has size > 1"
-        positions = (grid.ranks // view.stride(dim)) % size
+        positions = plan.view(expert=dim in EXPERT_DIMS).coordinates(grid.ranks)[dim]
         scene = _Scene(
             dim=dim,
             size=size,

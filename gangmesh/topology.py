@@ -3,8 +3,9 @@
 The dense view has the dimensions pp, dp_replicate, dp_shard, cp and tp, outermost
 (slowest-varying) first by default; ``order`` permutes them. A rank is the row-major
 index of its coordinate, so inner dimensions hold adjacent ranks and stay on one node
-first. With expert parallelism (``ep > 1``) the same ranks also form an expert view:
-pp and dp_replicate where the dense view has them, then efsdp, ep and etp.
+first. The same ranks also form an expert view: pp and dp_replicate as in the dense
+view, then efsdp, ep and etp. At ``ep = 1`` its groups are still real: efsdp holds the
+ranks that shard one expert's weights, edp those that hold the same expert shard.
 
 This module uses numpy only; nothing here imports torch or starts a process.
 """
@@ -58,16 +59,26 @@ MEGATRON_NAMES: dict[str, str] = {"pp": "pp", "dp_replicate": "dp", "dp_shard": 
 
 @dataclass(frozen=True)
 class View:
-    """One way of laying the world out: dimension names and sizes, outermost first."""
+    """One way of laying the world out: dimension names and sizes, outermost first.
+
+    A view is row-major over its *positions*. The dense view's positions are the global
+    ranks. Another view may list the dense dimensions in another order: then ``source``
+    holds the dense sizes (whose row-major index is the rank) and ``axes`` the dense
+    dimensions in the order the view takes them, before it regroups them into ``sizes``.
+    """
 
     names: tuple[str, ...]
     """Dimension names, outermost first."""
     sizes: tuple[int, ...]
     """Size of each dimension, in the same order."""
+    source: tuple[int, ...] = ()
+    """The dense sizes, when the view reorders the dense dimensions; else empty."""
+    axes: tuple[int, ...] = ()
+    """The dense dimensions (indices into ``source``) in the order the view takes them."""
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Rank distance between neighbours along each dimension."""
+        """Position distance between neighbours along each dimension."""
         return tuple(math.prod(self.sizes[i + 1 :]) for i in range(len(self.sizes)))
 
     def size(self, name: str) -> int:
@@ -78,11 +89,47 @@ class View:
         return self.sizes[self.names.index(name)]
 
     def stride(self, name: str) -> int:
-        """Rank distance between neighbours along dimension ``name``.
+        """Position distance between neighbours along dimension ``name``.
 
         :param name: one of :attr:`names`.
         """
         return self.strides[self.names.index(name)]
+
+    def positions(self, ranks: np.ndarray) -> np.ndarray:
+        """The position in this view of each global rank.
+
+        :param ranks: global ranks (an int64 array or scalar).
+        """
+        if not self.axes:
+            return ranks
+        dense = np.unravel_index(ranks, self.source)
+        return np.ravel_multi_index(
+            [dense[axis] for axis in self.axes], [self.source[axis] for axis in self.axes]
+        )
+
+    def ranks(self, positions: np.ndarray) -> np.ndarray:
+        """The global rank at each position of this view.
+
+        :param positions: positions in this view (an int64 array or scalar).
+        """
+        if not self.axes:
+            return positions
+        taken = np.unravel_index(positions, [self.source[axis] for axis in self.axes])
+        dense = [taken[self.axes.index(axis)] for axis in range(len(self.source))]
+        return np.ravel_multi_index(dense, self.source)
+
+    def coordinates(self, ranks: np.ndarray) -> dict[str, np.ndarray]:
+        """Each rank's coordinate along every dimension of this view.
+
+        :param ranks: global ranks (an int64 array).
+        """
+        along = np.unravel_index(self.positions(ranks), self.sizes)
+        return dict(zip(self.names, along, strict=True))
+
+    def grid(self) -> np.ndarray:
+        """The global ranks laid out in this view's shape (the DeviceMesh tensor)."""
+        ranks = np.arange(math.prod(self.sizes), dtype=np.int64)
+        return self.ranks(ranks).reshape(self.sizes)
 
 
 class MeshTopology:
@@ -179,16 +226,14 @@ class MeshTopology:
         return self._dense.sizes
 
     @property
-    def expert_dims(self) -> dict[str, int] | None:
-        """Expert view name -> size, outermost first; None without expert parallelism."""
-        if self._expert is None:
-            return None
+    def expert_dims(self) -> dict[str, int]:
+        """Expert view name -> size, outermost first."""
         return dict(zip(self._expert.names, self._expert.sizes, strict=True))
 
     @property
-    def expert_shape(self) -> tuple[int, ...] | None:
-        """Sizes of the expert view, the shape of the expert DeviceMesh; None if ep = 1."""
-        return None if self._expert is None else self._expert.sizes
+    def expert_shape(self) -> tuple[int, ...]:
+        """Sizes of the expert view, the shape of the expert DeviceMesh."""
+        return self._expert.sizes
 
     def sizes(self) -> dict[str, int]:
         """Every size the layout was built from: the five dense ones, then ep and etp."""
@@ -224,8 +269,6 @@ class MeshTopology:
         :param dim: a dimension name or alias, or a tuple of dimension names.
         """
         view, names = self._view_of(dim)
-        if view is None:
-            return 1
         return math.prod(view.size(name) for name in names)
 
     def groups(self, dim: str | tuple[str, ...]) -> np.ndarray:
@@ -237,13 +280,9 @@ class MeshTopology:
         :param dim: a dimension name or alias, or a tuple of dimension names.
         """
         view, names = self._view_of(dim)
-        ranks = np.arange(self._world_size, dtype=np.int64)
-        if view is None:
-            return ranks.reshape(-1, 1)
         inner = [view.names.index(name) for name in names]
         outer = [i for i in range(len(view.names)) if i not in inner]
-        grid = ranks.reshape(view.sizes)
-        groups: np.ndarray = grid.transpose(outer + inner).reshape(-1, self.size_of(dim))
+        groups: np.ndarray = view.grid().transpose(outer + inner).reshape(-1, self.size_of(dim))
         return groups
 
     def group_of(self, rank: int, dim: str | tuple[str, ...]) -> list[int]:
@@ -254,15 +293,14 @@ class MeshTopology:
         """
         rank = self._check_rank(rank)
         view, names = self._view_of(dim)
-        if view is None:
-            return [rank]
-        coordinate = _coordinate(view, rank)
-        base = rank - sum(coordinate[name] * view.stride(name) for name in names)
+        position = _position(view, rank)
+        coordinate = _coordinate(view, position)
+        base = position - sum(coordinate[name] * view.stride(name) for name in names)
         offsets = np.zeros(1, dtype=np.int64)
         for name in names:
             steps = np.arange(view.size(name), dtype=np.int64) * view.stride(name)
             offsets = (offsets[:, None] + steps[None, :]).reshape(-1)
-        return (base + offsets).tolist()  # type: ignore[no-any-return]
+        return view.ranks(base + offsets).tolist()  # type: ignore[no-any-return]
 
     def rank_in(self, rank: int, dim: str | tuple[str, ...]) -> int:
         """The rank of process ``rank`` inside its group along ``dim``.
@@ -272,9 +310,7 @@ class MeshTopology:
         """
         rank = self._check_rank(rank)
         view, names = self._view_of(dim)
-        if view is None:
-            return 0
-        coordinate = _coordinate(view, rank)
+        coordinate = _coordinate(view, _position(view, rank))
         index = 0
         for name in names:
             index = index * view.size(name) + coordinate[name]
@@ -287,9 +323,8 @@ class MeshTopology:
         """
         rank = self._check_rank(rank)
         coordinate = _coordinate(self._dense, rank)
-        if self._expert is not None:
-            expert = _coordinate(self._expert, rank)
-            coordinate.update({name: expert[name] for name in EXPERT_DIMS})
+        expert = _coordinate(self._expert, _position(self._expert, rank))
+        coordinate.update({name: expert[name] for name in EXPERT_DIMS})
         return coordinate
 
     def rank_of(self, **coordinate: int) -> int:
@@ -301,9 +336,7 @@ class MeshTopology:
         """
         expert = [name for name in coordinate if name in EXPERT_DIMS]
         view = self._expert if expert else self._dense
-        if view is None:
-            raise ValueError(f"{expert[0]}: unknown dimension without expert parallelism (ep=1)")
-        rank = 0
+        position = 0
         for name, value in coordinate.items():
             if name not in view.names:
                 which = "expert" if expert else "dense"
@@ -311,11 +344,11 @@ class MeshTopology:
                     f"{name}: unknown dimension in the {which} view; expected one of {view.names}"
                 )
             size = view.size(name)
-            position = check_int(name, value)
-            if not 0 <= position < size:
-                raise ValueError(f"{name}: expected a coordinate in [0, {size}), got {position}")
-            rank += position * view.stride(name)
-        return rank
+            value_at = check_int(name, value)
+            if not 0 <= value_at < size:
+                raise ValueError(f"{name}: expected a coordinate in [0, {size}), got {value_at}")
+            position += value_at * view.stride(name)
+        return int(view.ranks(np.int64(position)))
 
     def check_locality(self, ranks_per_node: int) -> list[LocalityFinding]:
         """Gangs that cross nodes where they should not; empty when all is node-local.
@@ -329,15 +362,15 @@ class MeshTopology:
 
         return find_crossings(self, ranks_per_node)
 
-    def view(self, expert: bool = False) -> View | None:
-        """The dense view, or the expert view (None when ep = 1).
+    def view(self, expert: bool = False) -> View:
+        """The dense view, or the expert view.
 
         :param expert: whether to return the expert view.
         """
         return self._expert if expert else self._dense
 
-    def _view_of(self, dim: str | tuple[str, ...]) -> tuple[View | None, tuple[str, ...]]:
-        """The view a name or tuple lives in (None: an expert name with ep = 1), and its dims."""
+    def _view_of(self, dim: str | tuple[str, ...]) -> tuple[View, tuple[str, ...]]:
+        """The view a name or tuple lives in, and its dims."""
         names = ALIASES.get(dim, (dim,)) if isinstance(dim, str) else tuple(dim)
         if not names:
             raise ValueError("dim: expected at least one dimension name, got ()")
@@ -352,10 +385,7 @@ class MeshTopology:
                 f"dim: {names} mixes dense-only and expert dimensions; a group lives in one "
                 f"view: {DENSE_DIMS} or {(*SHARED_DIMS, *EXPERT_DIMS)}"
             )
-        if expert and self._expert is None:
-            return None, names
         view = self._expert if expert else self._dense
-        assert view is not None
         if isinstance(dim, str):
             names = tuple(sorted(names, key=view.names.index))
         positions = [view.names.index(name) for name in names]
@@ -372,9 +402,13 @@ class MeshTopology:
         return value
 
 
-def _coordinate(view: View, rank: int) -> dict[str, int]:
+def _position(view: View, rank: int) -> int:
+    return int(view.positions(np.int64(rank)))
+
+
+def _coordinate(view: View, position: int) -> dict[str, int]:
     return {
-        name: (rank // stride) % size
+        name: (position // stride) % size
         for name, size, stride in zip(view.names, view.sizes, view.strides, strict=True)
     }
 
@@ -392,25 +426,26 @@ def _check_order(order: Sequence[str] | str | None) -> tuple[str, ...]:
     return names
 
 
-def _expert_view(dense: View, ep: int, etp: int) -> View | None:
-    """The expert view of a dense layout, checked against the rules; None when ep = 1."""
+def _expert_view(dense: View, ep: int, etp: int) -> View:
+    """The expert view of a dense layout, checked against the rules.
+
+    ep borrows the ranks of dp_shard x cp (x tp when etp = 1); efsdp is what it leaves.
+    With ep = 1 the view may take the dense dimensions in another order than the dense
+    view; with ep > 1 the order rules keep it row-major over the ranks.
+    """
     tp = dense.size("tp")
-    if ep == 1:
-        if etp != 1:
-            raise ValueError(f"etp: expected 1 without expert parallelism (ep=1), got {etp}")
-        return None
     if etp not in (1, tp):
         raise ValueError(
             f"etp: expected 1 (experts also borrow the tp ranks) or tp={tp} (experts keep "
             f"the dense tensor parallelism), got {etp}"
         )
-    if set(dense.names[:2]) != set(SHARED_DIMS):
+    if ep > 1 and set(dense.names[:2]) != set(SHARED_DIMS):
         raise ValueError(
             f"order: with ep={ep} > 1, pp and dp_replicate must be the two outermost "
             f"dimensions (dense and expert layers share pipeline stages and replicas); "
             f"got {','.join(dense.names)}"
         )
-    if etp > 1 and dense.names[-1] != "tp":
+    if ep > 1 and etp > 1 and dense.names[-1] != "tp":
         raise ValueError(
             f"order: with etp = tp = {tp}, tp must be the innermost dimension (expert and "
             f"dense layers share the tp groups); got {','.join(dense.names)}"
@@ -423,9 +458,17 @@ def _expert_view(dense: View, ep: int, etp: int) -> View | None:
             f"ep: expected a factor of the ranks expert parallelism borrows, {terms} = "
             f"{borrowed} (etp={etp}), got ep={ep}"
         )
-    outer = dense.names[:2]
-    sizes = (dense.size(outer[0]), dense.size(outer[1]), borrowed // ep, ep, etp)
-    return View((*outer, *EXPERT_DIMS), sizes)
+    shared = tuple(name for name in dense.names if name in SHARED_DIMS)
+    taken = (
+        *shared,
+        *(name for name in dense.names if name in borrowed_dims),
+        *(name for name in dense.names if name not in (*SHARED_DIMS, *borrowed_dims)),
+    )
+    axes = tuple(dense.names.index(name) for name in taken)
+    sizes = (dense.size(shared[0]), dense.size(shared[1]), borrowed // ep, ep, etp)
+    if axes == tuple(range(len(axes))):
+        return View((*shared, *EXPERT_DIMS), sizes)
+    return View((*shared, *EXPERT_DIMS), sizes, dense.sizes, axes)
 
 
 def _resolve_sizes(world_size: int, sizes: Mapping[str, object]) -> dict[str, int]:

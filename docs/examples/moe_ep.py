@@ -1,6 +1,8 @@
 """Mixture of experts: tokens dispatched over gangs.ep with all_to_all, experts sharded over
 the expert mesh, dense layers over the dense mesh; checked against one process.
 
+    torchrun --nproc-per-node 4 docs/examples/moe_ep.py --ep 1            # every expert local
+    torchrun --nproc-per-node 4 docs/examples/moe_ep.py --tp 2 --ep 1
     torchrun --nproc-per-node 4 docs/examples/moe_ep.py --ep 2
     torchrun --nproc-per-node 4 docs/examples/moe_ep.py --ep 4
     torchrun --nproc-per-node 8 docs/examples/moe_ep.py --dp-replicate 2 --ep 2
@@ -18,8 +20,8 @@ processes that hold distinct slices; FSDP's mean over them is the single-process
 Expert weights are not. Expert ``e`` lives on one rank of each ep gang, and the backward
 all_to_all brings it the gradient of every token routed to it by *any* rank of that gang.
 The tokens of each slice go through exactly one copy of the expert (with ``etp = 1`` and
-``tp > 1`` the ep gang holds the tp ranks of a slice, and each of them dispatches a distinct
-part of its tokens, so no token is counted twice). The copies of an expert, ``edp =
+``tp > 1`` the tp ranks of a slice hold the same tokens, and each of them dispatches a
+distinct part, so no token is counted twice; at ``ep = 1`` too). The copies of an expert, ``edp =
 dp_replicate x efsdp`` of them, are the processes FSDP reduces over (``expert_mesh
 ["dp_replicate", "efsdp"]``), and the sum of their gradients is the sum over all ``dp`` slices.
 FSDP's default divides that sum by ``edp``, which gives ``dp / edp`` times the mean (``ep``
@@ -273,7 +275,7 @@ class ExpertParallel:
         self.ep = gangs.ep
         # With etp = 1 the ep gang borrows the tp ranks, which hold the same tokens: each of
         # them dispatches its own slice, so every token reaches its experts once.
-        split = gangs.ep.size > 1 and gangs.etp.size == 1 and gangs.tp.size > 1
+        split = gangs.etp.size == 1 and gangs.tp.size > 1
         self.tokens: gm.Gang | None = gangs.tp if split else None
 
     def __call__(self, h: Tensor, weights: Tensor, chosen: Tensor, experts: ExpertBank) -> Tensor:
@@ -322,7 +324,7 @@ class ExpertParallel:
 
 
 def shard(model: MoEModel, gangs: gm.Gangs) -> None:
-    """Experts over the expert mesh (or dp without expert parallelism), the rest over dp,
+    """Experts over the expert mesh (efsdp, replicated over dp_replicate), the rest over dp,
     the dense block tensor parallel when tp > 1."""
     assert gangs.mesh is not None
     dense_mesh = gangs.mesh["dp_replicate", "dp_shard"]
@@ -330,15 +332,13 @@ def shard(model: MoEModel, gangs: gm.Gangs) -> None:
         parallelize_module(model.dense, gangs.mesh["tp"], DENSE_PLAN)
     model.moe.experts.keep(gangs.ep, gangs.etp)
     model.moe.dispatch = ExpertParallel(gangs)
-    if gangs.expert_mesh is None:
-        fully_shard(model.moe.experts, mesh=dense_mesh)
-    else:
-        experts = fully_shard(model.moe.experts, mesh=gangs.expert_mesh["dp_replicate", "efsdp"])
-        # The mean over the dp slices, not over the edp copies FSDP reduces (see above).
-        experts.set_gradient_divide_factor(float(gangs.dp.size))
-        # gloo has no pre-multiplied sum: reduce with SUM, then divide. (A shard group of one
-        # process divides while it copies, and would divide twice.)
-        experts.set_force_sum_reduction_for_comms(gangs.efsdp.size > 1)
+    assert gangs.expert_mesh is not None
+    experts = fully_shard(model.moe.experts, mesh=gangs.expert_mesh["dp_replicate", "efsdp"])
+    # The mean over the dp slices, not over the edp copies FSDP reduces (see above).
+    experts.set_gradient_divide_factor(float(gangs.dp.size))
+    # gloo has no pre-multiplied sum: reduce with SUM, then divide. (A shard group of one
+    # process divides while it copies, and would divide twice.)
+    experts.set_force_sum_reduction_for_comms(gangs.efsdp.size > 1)
     fully_shard(model.dense, mesh=dense_mesh)
     fully_shard(model, mesh=dense_mesh)
 

@@ -102,19 +102,17 @@ def layouts(
 
 def _check_expert_rules(sizes: dict[str, int], order: tuple[str, ...] | None) -> None:
     """ValueError for fixed expert sizes that no layout can meet."""
-    ep, etp = sizes.get("ep"), sizes.get("etp", 1)
-    if etp > 1 and ep == 1:
-        raise ValueError(f"etp: expected 1 with ep=1 fixed, got {etp}")
+    ep, etp = sizes.get("ep", 1), sizes.get("etp", 1)
     if etp > 1 and sizes.get("tp", etp) != etp:
         raise ValueError(f"etp: expected 1 or tp={sizes['tp']}, got {etp}")
-    if order is None:
+    if order is None or ep == 1:
         return
-    if ((ep or 1) > 1 or etp > 1) and set(order[:2]) != set(SHARED_DIMS):
+    if set(order[:2]) != set(SHARED_DIMS):
         raise ValueError(
             f"order: expert parallelism needs pp and dp_replicate outermost, got {order}"
         )
     if etp > 1 and order[-1] != "tp":
-        raise ValueError(f"order: etp={etp} needs tp innermost, got {order}")
+        raise ValueError(f"order: etp={etp} with ep={ep} needs tp innermost, got {order}")
 
 
 def _divisors(number: int, cap: int) -> list[int]:
@@ -165,29 +163,25 @@ def _layout(
 def _expert(
     draw: st.DrawFn, sizes: dict[str, int], fixed: dict[str, int], order: tuple[str, ...] | None
 ) -> tuple[int, int]:
-    """Expert sizes that fit the dense sizes and the order; a fixed ep grows dp_shard to fit."""
+    """Expert sizes that fit the dense sizes and the order; a fixed ep grows dp_shard to fit.
+
+    etp is 1 or tp whatever ep is; ep > 1 needs an order that keeps the expert view
+    row-major (pp and dp_replicate outermost, and tp innermost when etp = tp).
+    """
     tp = sizes["tp"]
-    expert_allowed = order is None or set(order[:2]) == set(SHARED_DIMS)
-    etp_allowed = expert_allowed and (order is None or order[-1] == "tp")
-    if "etp" in fixed:
-        etp = fixed["etp"]
-    else:
-        etp = draw(st.sampled_from([1, tp])) if tp > 1 and etp_allowed else 1
+    etp = fixed["etp"] if "etp" in fixed else draw(st.sampled_from(sorted({1, tp})))
     borrowed = sizes["dp_shard"] * sizes["cp"] * (tp if etp == 1 else 1)
     if "ep" in fixed:
         ep = fixed["ep"]
         if borrowed % ep and "dp_shard" not in fixed:
             sizes["dp_shard"] *= ep // math.gcd(ep, borrowed)
-        return ep, etp if ep > 1 else 1
-    if not expert_allowed:
-        return 1, 1
-    factors = _divisors(borrowed, SIZE_CAP)
-    if "etp" in fixed and etp > 1:
-        factors = factors[1:]  # etp > 1 needs ep > 1
-        if not factors:
-            reject()
-    ep = draw(st.sampled_from(factors))
-    return ep, etp if ep > 1 else 1
+        return ep, etp
+    row_major = order is None or (
+        set(order[:2]) == set(SHARED_DIMS) and (etp == 1 or order[-1] == "tp")
+    )
+    if not row_major:
+        return 1, etp
+    return draw(st.sampled_from(_divisors(borrowed, SIZE_CAP))), etp
 
 
 def _order(draw: st.DrawFn, ep: int, etp: int) -> tuple[str, ...]:

@@ -49,8 +49,8 @@ def test_eight_processes_with_tensor_and_pipeline_parallel(tmp_path):
     gangs = json.loads(report.read_text())["gangs"]
     assert {name: (g["size"], g["groups"]) for name, g in gangs.items()} == {
         "root": (8, 1), "pp": (2, 4), "dp": (2, 4), "rdp": (1, 8),
-        "sdp": (2, 4), "cp": (1, 8), "tp": (2, 4), "ep": (1, 8), "efsdp": (1, 8),
-        "etp": (1, 8), "edp": (1, 8),
+        "sdp": (2, 4), "cp": (1, 8), "tp": (2, 4), "ep": (1, 8), "efsdp": (4, 2),
+        "etp": (1, 8), "edp": (4, 2),
     }  # fmt: skip
     assert all(g["pass"] for g in gangs.values())
     assert "tp        2       4  pass" in run.output

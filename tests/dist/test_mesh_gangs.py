@@ -19,11 +19,14 @@ PLANS = {
     "cp2_tp2": MeshTopology(WORLD, cp=2, tp=2),
     "ep4": MeshTopology(WORLD, dp_shard=4, tp=2, ep=4),
     "ep2_etp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2, ep=2, etp=2),
+    "ep1_etp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2, ep=1, etp=2),
     "tp_outermost": MeshTopology(WORLD, tp=2, order="tp,pp,dp_replicate,dp_shard,cp"),
     "parallel": MeshTopology(WORLD, dp_replicate=-1, dp_shard=1, tp=2),
     "hsdp": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2),
     "fsdp": MeshTopology(WORLD, dp_shard=-1, tp=2),
 }
+TIMED = set(PLANS) - {"parallel", "hsdp", "fsdp"}
+"""Layouts created with a timeout of their own (77 s)."""
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +50,15 @@ def test_every_gang_matches_the_plan_and_talks(results, layout):
 @pytest.mark.parametrize("layout", sorted(PLANS))
 def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, layout):
     plan = PLANS[layout]
+    world = tuple(range(WORLD))
     for me in range(WORLD):
-        expected = {tuple(plan.group_of(me, name)) for name in BUILT_NAMES} | {tuple(range(WORLD))}
+        expected = [r for r in {tuple(plan.group_of(me, name)) for name in BUILT_NAMES} if 1 < len(r) < WORLD]
+        # Gangs spanning the world share the root's group unless their timeout differs from
+        # the root's (these layouts ask for 77 s; the root has 60 s): then they share one of their own.
+        spans_world = any(len(plan.group_of(me, name)) == WORLD for name in BUILT_NAMES)
+        expected += [world] * (1 + (spans_world and layout in TIMED))
         got = results[me][layout]["communicators"]
-        assert sorted(tuple(c["ranks"]) for c in got) == sorted(r for r in expected if len(r) > 1)
+        assert sorted(tuple(c["ranks"]) for c in got) == sorted(expected)
         # What torch holds behind the gangs and meshes: the same groups, none more.
         assert sorted(map(tuple, results[me][layout]["real_groups"])) == sorted(
             tuple(c["ranks"]) for c in got
@@ -61,10 +69,13 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, la
 def test_counts_for_the_documented_layouts(results):
     counts = {layout: len(results[0][layout]["communicators"]) for layout in PLANS}
     # root + each distinct set of ranks of size > 1 for rank 0.
-    assert counts["tp2"] == 3  # root, tp [0,1], dp = dp_shard [0,2,4,6]
-    assert counts["hsdp_tp2"] == 5  # root, tp, rdp [0,4], sdp [0,2], dp [0,2,4,6]
-    assert counts["pp2_rep2_tp2"] == 4  # root, tp, pp [0,4], rdp [0,2] = dp; sdp has size 1
-    assert counts["cp2_tp2"] == 5  # root, tp, cp [0,2], dp [0,4], dp_shard_cp [0,2,4,6]
+    # At ep = 1 the expert groups are real: efsdp = dp_shard x cp x tp, edp = dp_replicate x efsdp.
+    # A whole-world gang with the layout's own timeout has a group of its own beside the root's.
+    assert counts["tp2"] == 4  # root, efsdp = edp (world), tp [0,1], dp = dp_shard [0,2,4,6]
+    assert counts["hsdp_tp2"] == 7  # root, edp (world), tp, rdp [0,4], sdp [0,2], dp, efsdp [0,1,2,3]
+    assert counts["pp2_rep2_tp2"] == 5  # root, tp = efsdp, pp [0,4], rdp [0,2] = dp, edp [0,1,2,3]
+    assert counts["cp2_tp2"] == 6  # root, efsdp = edp (world), tp, cp [0,2], dp [0,4], dp_shard_cp
+    assert counts["ep1_etp2"] == 5  # root, tp = etp, rdp, sdp = efsdp, dp = edp
 
 
 def test_expert_layouts_share_pp_replicas_and_tp_with_the_dense_mesh(results):
@@ -76,10 +87,14 @@ def test_expert_layouts_share_pp_replicas_and_tp_with_the_dense_mesh(results):
         assert kept["etp"]["members"] == kept["tp"]["members"]
         tp_comm = [c for c in kept["communicators"] if c["ranks"] == kept["tp"]["members"]]
         assert len(tp_comm) == 1 and set(tp_comm[0]["gangs"]) == {"tp", "etp"}
-        assert "expert_mesh" not in results[me]["tp2"]
+        assert results[me]["tp2"]["expert_mesh"] == {"names": ["pp", "dp_replicate", "efsdp", "ep", "etp"],
+                                                     "shape": [1, 1, 8, 1, 1], "shares_pp": True}  # fmt: skip
+        without_ep = results[me]["ep1_etp2"]
+        for expert, dense in (("etp", "tp"), ("efsdp", "dp_shard"), ("edp", "dp")):
+            assert without_ep[expert]["members"] == without_ep[dense]["members"], (me, expert)
 
 
-@pytest.mark.parametrize("layout", ["ep4", "ep2_etp2"])
+@pytest.mark.parametrize("layout", ["ep4", "ep2_etp2", "ep1_etp2", "hsdp_tp2"])
 def test_uneven_all_to_all_on_the_expert_gangs(results, layout):
     plan = PLANS[layout]
     for me in range(WORLD):
@@ -108,7 +123,7 @@ def test_documented_hsdp_split_with_tensor_parallel_on_gloo(results):
 
 def test_the_timeout_reaches_every_group_created(results):
     for me in range(WORLD):
-        for layout in ("tp2", "hsdp_tp2", "pp2_rep2_tp2", "cp2_tp2", "ep4", "ep2_etp2"):
+        for layout in ("tp2", "hsdp_tp2", "pp2_rep2_tp2", "cp2_tp2", "ep4", "ep2_etp2", "ep1_etp2"):
             for name in BUILT_NAMES:
                 entry = results[me][layout][name]
                 if "timeout" in entry:

@@ -12,6 +12,13 @@ pytestmark = pytest.mark.dist
 
 # name: (processes, flags, the layout the recipe reports)
 RUNS = {
+    # Without expert parallelism: experts sharded over efsdp, gradients reduced over edp.
+    "ep1": (4, ["--ep", "1"], "EP 1 x EFSDP 4 x ETP 1, dense TP 1 x DP 4 on 4 processes"),
+    "tp2_ep1_etp1": (
+        4,
+        ["--tp", "2", "--ep", "1"],
+        "EP 1 x EFSDP 4 x ETP 1, dense TP 2 x DP 2 on 4 processes",
+    ),
     "ep2": (4, ["--ep", "2"], "EP 2 x EFSDP 2 x ETP 1, dense TP 1 x DP 4 on 4 processes"),
     "ep4": (4, ["--ep", "4"], "EP 4 x EFSDP 1 x ETP 1, dense TP 1 x DP 4 on 4 processes"),
     "hsdp2_ep2": (

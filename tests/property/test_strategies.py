@@ -62,7 +62,7 @@ def test_every_layout_is_valid_and_within_bounds(case):
     sizes = plan.sizes()
     assert sizes["ep"] == 1 or plan.order[:2] in (SHARED_DIMS, SHARED_DIMS[::-1])
     assert sizes["etp"] in (1, sizes["tp"])
-    assert sizes["etp"] == 1 or sizes["ep"] > 1
+    assert sizes["ep"] == 1 or sizes["etp"] == 1 or plan.order[-1] == "tp"
 
 
 @given(layouts_and_ranks(max_world_size=4096, orders=True))
@@ -107,9 +107,15 @@ def test_fixed_ep_is_held(plan):
 
 
 @given(layouts(max_world_size=4096, etp=2))
-def test_fixed_etp_holds_tp_and_needs_ep(plan):
+def test_fixed_etp_holds_tp(plan):
     sizes = plan.sizes()
-    assert (sizes["etp"], sizes["tp"]) == (2, 2) and sizes["ep"] > 1
+    assert (sizes["etp"], sizes["tp"]) == (2, 2) and rebuilt(plan) == plan
+
+
+@given(layouts(max_world_size=4096, ep=1, etp=2, orders=True))
+def test_experts_keep_tp_without_expert_parallelism_in_any_order(plan):
+    sizes = plan.sizes()
+    assert (sizes["ep"], sizes["etp"], sizes["tp"]) == (1, 2, 2) and rebuilt(plan) == plan
 
 
 ORDER = ("tp", "pp", "dp_replicate", "dp_shard", "cp")
@@ -148,7 +154,10 @@ def test_ranks_per_node_still_reaches_several_nodes():
         ({"world_sizes": [24], "tp": 16}, "world_sizes: none of"),
         ({"order": ORDER, "ep": 2}, "order: expert parallelism needs pp and dp_replicate"),
         ({"tp": 4, "etp": 2}, "etp: expected 1 or tp=4, got 2"),
-        ({"ep": 1, "etp": 2}, "etp: expected 1 with ep=1"),
+        (
+            {"order": "pp,dp_replicate,tp,dp_shard,cp", "ep": 2, "etp": 2},
+            "order: etp=2 with ep=2 needs tp innermost",
+        ),
         ({"zz": 2}, "zz: unknown dimension"),
         ({"min_world_size": 9, "max_world_size": 8}, "min_world_size: expected at most"),
         ({"order": "pp,tp"}, "order: expected each of"),
@@ -169,9 +178,10 @@ def test_first_and_last_ranks_of_groups_are_over_represented():
     for name in ("dp_shard", "tp"):
         groups = plan.groups(name)
         edges[groups[:, 0]] = edges[groups[:, -1]] = True
-    fixed = layouts(world_sizes=[4096], **sizes, ep=1)
+    fixed = layouts(world_sizes=[4096], **sizes, ep=1, etp=1)
     assert set(drawn(fixed, 5)) == {plan}  # everything fixed: only the rank varies
-    ranks = [rank for _, rank in drawn(layouts_and_ranks(world_sizes=[4096], **sizes, ep=1))]
+    every = layouts_and_ranks(world_sizes=[4096], **sizes, ep=1, etp=1)
+    ranks = [rank for _, rank in drawn(every)]
     share = edges[ranks].mean()
     chance = edges[drawn(st.integers(0, 4095))].mean()
     assert share >= 0.4 and share >= chance + 0.25, (share, chance)

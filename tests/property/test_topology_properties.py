@@ -3,8 +3,6 @@ view and order."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -25,21 +23,31 @@ SMALL_LAYOUT = layouts(max_world_size=512, orders=True)
 
 
 def expected_coordinates(plan: MeshTopology, rank: int) -> dict[str, int]:
-    """Row-major coordinates computed here, independently of the planner: the dense view in
-    plan.order; the expert view as (the two outer dense dims, efsdp, ep, etp)."""
+    """Coordinates computed here, independently of the planner: the dense view row-major in
+    plan.order; the expert view splits the borrowed dense dims (dp_shard, cp, and tp when
+    etp = 1, taken in plan.order), then tp when etp = tp, into (efsdp, ep, etp)."""
     sizes = plan.dims
     out = {}
     rest = rank
     for name in reversed(plan.order):
         out[name] = rest % sizes[name]
         rest //= sizes[name]
-    if plan.expert_dims is not None:
-        block = rank % math.prod(sizes[n] for n in plan.order[2:])
-        ep, etp = plan.size_of("ep"), plan.size_of("etp")
-        out["etp"] = block % etp
-        out["ep"] = block // etp % ep
-        out["efsdp"] = block // (etp * ep)
+    ep, etp = plan.size_of("ep"), plan.size_of("etp")
+    borrowed = ("dp_shard", "cp", "tp") if etp == 1 else ("dp_shard", "cp")
+    taken = [n for n in plan.order if n in borrowed] + ([] if etp == 1 else ["tp"])
+    block = 0
+    for name in taken:
+        block = block * sizes[name] + out[name]
+    out["etp"] = block % etp
+    out["ep"] = block // etp % ep
+    out["efsdp"] = block // (etp * ep)
     return out
+
+
+def view_order(plan: MeshTopology, dims: tuple[str, ...]) -> list[str]:
+    """The names of the view that holds ``dims``, outermost first."""
+    expert = any(d in EXPERT_DIMS for d in dims)
+    return list(plan.expert_dims) if expert else list(plan.order)
 
 
 def view_of(name: str) -> tuple[str, ...]:
@@ -61,19 +69,17 @@ def test_groups_equal_an_independent_coordinate_formula(plan, dim):
     """Two ranks share a group along ``dim`` exactly when their coordinates agree on every
     dimension of the same view outside ``dim``; inside a group, ranks are in mesh order."""
     dims = view_of(dim)
-    expert = any(d in EXPERT_DIMS for d in dims)
-    if expert and plan.expert_dims is None:
-        assert plan.groups(dim).shape == (plan.world_size, 1)
-        return
-    view = [*SHARED_DIMS, *EXPERT_DIMS] if expert else list(DENSE_DIMS)
+    view = view_order(plan, dims)
     coords = [expected_coordinates(plan, r) for r in range(plan.world_size)]
     fixed = [d for d in view if d not in dims]
     found: dict[tuple[int, ...], list[int]] = {}
     for rank, c in enumerate(coords):
         found.setdefault(tuple(c[d] for d in fixed), []).append(rank)
-    assert sorted(map(sorted, found.values())) == sorted(plan.groups(dim).tolist())
+    assert sorted(map(sorted, found.values())) == sorted(map(sorted, plan.groups(dim).tolist()))
+    inner = [d for d in view if d in dims]
     for group in plan.groups(dim).tolist():
-        assert group == sorted(group), "flattened and single dims enumerate in mesh order"
+        along = [tuple(coords[r][d] for d in inner) for r in group]
+        assert along == sorted(along), "flattened and single dims enumerate in mesh order"
 
 
 @given(layouts_and_ranks(max_world_size=2**16, orders=True))
@@ -82,9 +88,8 @@ def test_coordinates_match_the_formula_and_round_trip(case):
     coordinate = plan.coordinate(rank)
     assert coordinate == expected_coordinates(plan, rank)
     assert plan.rank_of(**{n: coordinate[n] for n in DENSE_DIMS}) == rank
-    if plan.expert_dims is not None:
-        expert = {n: coordinate[n] for n in (*SHARED_DIMS, *EXPERT_DIMS)}
-        assert plan.rank_of(**expert) == rank
+    expert = {n: coordinate[n] for n in (*SHARED_DIMS, *EXPERT_DIMS)}
+    assert plan.rank_of(**expert) == rank
     for dim in (*DENSE_DIMS, *EXPERT_DIMS):
         group = plan.group_of(rank, dim)
         assert group.index(rank) == plan.rank_in(rank, dim) == coordinate.get(dim, 0)
@@ -93,9 +98,8 @@ def test_coordinates_match_the_formula_and_round_trip(case):
 @given(layouts_and_ranks(max_world_size=2**16, orders=True))
 def test_the_expert_view_borrows_dense_ranks_by_the_rules(case):
     plan, rank = case
-    assume(plan.expert_dims is not None)
     sizes = plan.sizes()
-    assert set(plan.order[:2]) == {"pp", "dp_replicate"}
+    assert sizes["ep"] == 1 or set(plan.order[:2]) == {"pp", "dp_replicate"}
     borrowed = ["dp_shard", "cp"] + (["tp"] if sizes["etp"] == 1 else [])
     block = set(plan.group_of(rank, tuple(d for d in plan.order if d in borrowed)))
     assert set(plan.group_of(rank, "ep")) <= block, "an ep group stays inside one dense block"
@@ -110,6 +114,30 @@ def test_the_expert_view_borrows_dense_ranks_by_the_rules(case):
     product_of_views = plan.size_of("pp") * plan.size_of("edp") * sizes["ep"] * sizes["etp"]
     assert product_of_views == plan.world_size
     assert plan.size_of("edp") == sizes["dp_replicate"] * plan.size_of("efsdp")
+    coordinate = plan.coordinate
+    held = {
+        (coordinate(r)["ep"], coordinate(r)["etp"], coordinate(r)["pp"])
+        for r in plan.group_of(rank, "edp")
+    }
+    assert len(held) == 1, "an edp group holds one expert shard of one stage"
+
+
+@given(layouts_and_ranks(max_world_size=2**16, orders=True, ep=1))
+def test_without_expert_parallelism_the_expert_groups_are_the_dense_ones(case):
+    """At ep = 1 every rank that holds the same expert weights is in one edp group, as
+    Megatron-Core and torchtitan define it: edp spans the dense data (and cp) ranks, and the
+    tp ranks too when the experts do not keep tensor parallelism."""
+    plan, rank = case
+    kept_tp = plan.size_of("etp") == plan.size_of("tp") > 1
+    data = ("dp_replicate", "dp_shard", "cp") + (() if kept_tp else ("tp",))
+    dense = tuple(d for d in plan.order if d in data)
+    assert sorted(plan.group_of(rank, "edp")) == sorted(plan.group_of(rank, dense))
+    assert sorted(plan.group_of(rank, "efsdp")) == sorted(
+        plan.group_of(rank, tuple(d for d in dense if d != "dp_replicate"))
+    )
+    assert plan.group_of(rank, "ep") == [rank]
+    assert plan.group_of(rank, "etp") == (plan.group_of(rank, "tp") if kept_tp else [rank])
+    assert plan.size_of("edp") == plan.world_size // (plan.size_of("pp") * plan.size_of("etp"))
 
 
 @given(ANY_LAYOUT)
@@ -171,7 +199,7 @@ def test_expert_tables_for_eight_processes():
             {"tp": 4, "ep": 2, "etp": 2},
             "etp: expected 1 (experts also borrow the tp ranks) or tp=4",
         ),
-        ({"etp": 2}, "etp: expected 1 without expert parallelism (ep=1), got 2"),
+        ({"etp": 2}, "etp: expected 1 (experts also borrow the tp ranks) or tp=1"),
         (
             {"tp": 2, "ep": 2, "order": "tp,pp,dp_replicate,dp_shard,cp"},
             "order: with ep=2 > 1, pp and dp_replicate must be the two outermost",
@@ -276,13 +304,22 @@ def test_coordinates_out_of_range_and_out_of_order_dims_are_rejected():
         plan.check_locality(0)
 
 
-def test_expert_names_without_expert_parallelism_are_single_rank_groups():
-    plan = MeshTopology(4, tp=2)
-    assert plan.groups("ep").tolist() == [[0], [1], [2], [3]]
-    assert plan.size_of("edp") == 1 and plan.group_of(3, "efsdp") == [3]
-    assert plan.expert_dims is None and "ep" not in plan.coordinate(3)
-    with pytest.raises(ValueError, match="ep: unknown dimension without expert parallelism"):
-        plan.rank_of(ep=0)
+def test_expert_groups_without_expert_parallelism_for_eight_processes():
+    plan = MeshTopology(8, pp=2, dp_replicate=2, dp_shard=2)
+    assert plan.expert_dims == {"pp": 2, "dp_replicate": 2, "efsdp": 2, "ep": 1, "etp": 1}
+    assert plan.groups("edp").tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert plan.groups("efsdp").tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert plan.groups("ep").tolist() == [[r] for r in range(8)]
+    assert plan.coordinate(5)["ep"] == 0 and plan.rank_of(ep=0, efsdp=1, pp=1) == 5
+    kept_tp = MeshTopology(
+        8, dp_replicate=2, dp_shard=2, tp=2, order="tp,pp,dp_replicate,dp_shard,cp", etp=2
+    )
+    assert (
+        kept_tp.groups("etp").tolist()
+        == kept_tp.groups("tp").tolist()
+        == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    )
+    assert kept_tp.groups("edp").tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
 @settings(max_examples=40)

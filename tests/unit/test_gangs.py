@@ -83,7 +83,7 @@ def test_repr_names_each_gang_its_rank_size_and_members():
     with simulate_gangs(8, 5, tp=2) as gangs:
         assert repr(gangs) == (
             "Gangs(rank 5 of 8: dp 2/4 [1,3,5,7]; sdp 2/4 [1,3,5,7]; tp 1/2 [4,5]; "
-            "size 1: rdp, pp, cp, ep, efsdp, etp, edp)"
+            "efsdp 5/8 [0,1,2,3,4,5,6,7]; edp 5/8 [0,1,2,3,4,5,6,7]; size 1: rdp, pp, cp, ep, etp)"
         )
         assert repr(gangs.tp) == (
             "ProcessGroupGang(name='tp', rank=1, size=2, global_ranks=[4, 5], backend=fake)"
@@ -198,7 +198,7 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one():
         assert [(info.ranks, info.gangs, info.created) for info in report] == [
             ((4, 5), ("tp",), True),
             ((1, 3, 5, 7), ("dp_shard", "dp", "dp_shard_cp"), True),
-            ((0, 1, 2, 3, 4, 5, 6, 7), ("root",), False),
+            ((0, 1, 2, 3, 4, 5, 6, 7), ("root", "efsdp", "edp"), False),
         ]
         assert {info.timeout for info in report} == {gm.DEFAULT_TIMEOUT}
 
@@ -207,7 +207,7 @@ def test_a_dimension_spanning_the_world_shares_the_root_group():
     with simulate_gangs(8, 2) as gangs:
         assert gangs.dp.as_process_group() is gangs.root.as_process_group()
         assert [info.gangs for info in gangs.communicators()] == [
-            ("root", "dp_shard", "dp", "dp_shard_cp")
+            ("root", "dp_shard", "dp", "efsdp", "edp", "dp_shard_cp")
         ]
 
 

@@ -92,8 +92,8 @@ def test_each_dimension_has_a_panel_with_one_labelled_element_per_group(tmp_path
 
 def test_hsdp_and_fsdp_are_drawn_differently(tmp_path):
     hsdp, fsdp = panels(draw(tmp_path, HSDP)), panels(draw(tmp_path, FSDP))
-    assert list(hsdp) == ["dp_replicate", "dp_shard", "tp"]
-    assert list(fsdp) == ["dp_shard", "tp"]
+    assert list(hsdp) == ["dp_replicate", "dp_shard", "tp", "efsdp"]
+    assert list(fsdp) == ["dp_shard", "tp", "efsdp"]
     assert drawn_ranks(groups(hsdp["dp_shard"])[0]) == [0, 2, 4, 6]
     assert drawn_ranks(groups(fsdp["dp_shard"])[0]) == [0, 2, 4, 6, 8, 10, 12, 14]
     assert drawn_ranks(groups(hsdp["dp_replicate"])[0]) == [0, 8]

@@ -21,6 +21,7 @@ LAYOUTS: dict[str, dict[str, object]] = {
     "cp2_tp2": {"cp": 2, "tp": 2},
     "ep4": {"dp_shard": 4, "tp": 2, "ep": 4},
     "ep2_etp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "ep": 2, "etp": 2},
+    "ep1_etp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "ep": 1, "etp": 2},
     "tp_outermost": {"tp": 2, "order": "tp,pp,dp_replicate,dp_shard,cp"},
 }
 
