@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -21,6 +21,7 @@ from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.mesh_read import read_meshes
+from gangmesh.mesh_views import Meshes
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.rendezvous import LayoutAgreement
 from gangmesh.topology import (
@@ -35,13 +36,16 @@ log = logging.getLogger("gangmesh")
 class Gangs:
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
-    ``mesh`` is the dense DeviceMesh (dimensions in ``plan.order``, plus the
-    flattened "dp" and "dp_shard_cp" when gangmesh built it); hand it to FSDP2
-    (``mesh["dp_replicate", "dp_shard"]`` for HSDP), tensor parallelism
-    (``mesh["tp"]``) and pipeline stages. ``expert_mesh`` has the dimensions
-    ("pp", "dp_replicate", "efsdp", "ep", "etp") and the flattened "edp" over the
-    same processes when ``ep > 1``, else it is None. Both are None for fake gangs;
-    :meth:`from_mesh` keeps the user's meshes as they are.
+    ``meshes`` maps a name to a DeviceMesh built over the gangs' own groups, one
+    per use (torchtitan's names in brackets): "dense" (``plan.order``: pp,
+    dp_replicate, dp_shard, cp, tp); "dp_shard_cp" ("fsdp": pp, dp_replicate,
+    dp_shard_cp, tp), for FSDP2 (``["dp_replicate", "dp_shard_cp"]``) and tensor
+    parallelism (``["tp"]``) on one root; "dp_cp" ("loss": pp, dp_cp, tp), every
+    data dimension for the loss; "dp" ("batch": pp, dp, cp, tp), for data loading;
+    "expert" (pp, dp_replicate, efsdp, ep, etp) and "edp" (pp, edp, ep, etp) where
+    the plan has an expert view. ``mesh`` is ``meshes["dense"]`` and
+    ``expert_mesh`` ``meshes["expert"]`` (None where absent). Fake gangs have no
+    meshes; :meth:`from_mesh` keeps the user's meshes as "dense" and "expert".
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`).
 
@@ -60,8 +64,7 @@ class Gangs:
         "efsdp",
         "ep",
         "etp",
-        "expert_mesh",
-        "mesh",
+        "meshes",
         "plan",
         "pp",
         "rdp",
@@ -95,10 +98,8 @@ class Gangs:
     """Expert data parallel: dp_replicate x efsdp flattened."""
     plan: MeshTopology
     """The layout these gangs were built from."""
-    mesh: DeviceMesh | None
-    """The dense DeviceMesh (built: with the flattened "dp" and "dp_shard_cp"); None if fake."""
-    expert_mesh: DeviceMesh | None
-    """The expert DeviceMesh (built: with the flattened "edp"); None when ep = 1 or fake."""
+    meshes: Meshes
+    """Mesh name -> DeviceMesh over these gangs' groups (see the class docstring)."""
     timeout: timedelta | None
     """Timeout of the groups these gangs created."""
 
@@ -120,6 +121,7 @@ class Gangs:
         mesh: DeviceMesh | None = None,
         expert_mesh: DeviceMesh | None = None,
         timeout: timedelta | None = None,
+        meshes: Mapping[str, DeviceMesh] | None = None,
     ) -> None:
         def one(gang: Gang | None) -> Gang:
             return gang if gang is not None else FakeGang(root.device)
@@ -137,9 +139,11 @@ class Gangs:
             root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=self.cp.size,
             tp=tp.size, ep=self.ep.size, etp=self.etp.size,
         )  # fmt: skip
-        self.mesh = mesh
-        self.expert_mesh = expert_mesh
-        if mesh is not None or expert_mesh is not None:
+        given = {"dense": mesh, "expert": expert_mesh}
+        self.meshes = Meshes(
+            {**(meshes or {}), **{name: m for name, m in given.items() if m is not None}}
+        )
+        if self.meshes:
             release_at_exit(self)
         self.timeout = timeout
         self._gangs: dict[str, Gang] = {
@@ -163,8 +167,17 @@ class Gangs:
 
     def _release(self) -> None:
         """Drop the meshes (they hold torch's groups); for the exit teardown only."""
-        self.mesh = None
-        self.expert_mesh = None
+        self.meshes = Meshes({})
+
+    @property
+    def mesh(self) -> DeviceMesh | None:
+        """The dense DeviceMesh, ``meshes["dense"]``; None for fake gangs."""
+        return self.meshes.get("dense")
+
+    @property
+    def expert_mesh(self) -> DeviceMesh | None:
+        """The expert DeviceMesh, ``meshes["expert"]``; None without an expert view or fake."""
+        return self.meshes.get("expert")
 
     @classmethod
     def _of(
@@ -174,7 +187,7 @@ class Gangs:
         gangs = cls(
             root=root, dp=g["dp"], rdp=g["dp_replicate"], sdp=g["dp_shard"], tp=g["tp"],
             pp=g["pp"], cp=g["cp"], ep=g["ep"], efsdp=g["efsdp"], etp=g["etp"], edp=g["edp"],
-            plan=plan, mesh=built.mesh, expert_mesh=built.expert_mesh, timeout=timeout,
+            plan=plan, timeout=timeout, meshes=built.meshes,
         )  # fmt: skip
         gangs._gangs.update(g)
         gangs._leases = built.leases
@@ -278,7 +291,9 @@ class Gangs:
         ranks row-major, as :func:`~torch.distributed.device_mesh.init_device_mesh`
         does. The plan is derived once from
         them; the meshes are kept as they are (gangmesh adds no flattened
-        dimension to them: ``gangs.dp`` is a gang of its own). ``root`` defaults
+        dimension to them: ``gangs.dp`` is a gang of its own) as ``meshes["dense"]``
+        and ``meshes["expert"]``; the other meshes are built over the same groups
+        and the flattened ones gangmesh creates. ``root`` defaults
         to the default process group; ``timeout`` (default: the root's) is that
         of the flattened groups gangmesh creates.
 
@@ -310,7 +325,9 @@ class Gangs:
             raise InvalidTypeError(f"root: expected a ProcessGroupGang, got {root.describe()}")
         timeout = _check_timeout(timeout) or root.timeout
         built = mesh_build.wrap(root, plan, groups, timeout)
-        built.mesh, built.expert_mesh = mesh, expert_mesh
+        built.meshes["dense"] = mesh
+        if expert_mesh is not None:
+            built.meshes["expert"] = expert_mesh
         return cls._of(root, plan, built, timeout)
 
 
@@ -342,10 +359,11 @@ def create_gangs(
     """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
 
     The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
-    outermost first unless ``order`` says otherwise, plus the flattened "dp"
-    (dp_replicate x dp_shard) and "dp_shard_cp". Exactly one size may be -1
-    (inferred). With ``ep > 1`` an expert mesh ("pp", "dp_replicate", "efsdp",
-    "ep", "etp") lays the same processes out for expert layers. ``timeout``
+    outermost first unless ``order`` says otherwise; ``Gangs.meshes`` adds meshes
+    with dimensions merged ("dp_shard_cp", "dp_cp", "dp") and, with an expert
+    view, the expert mesh ("pp", "dp_replicate", "efsdp", "ep", "etp") and "edp"
+    over the same processes, all over the gangs' groups. Exactly one size may be
+    -1 (inferred). ``timeout``
     (default: the root gang's) is the timeout of every group created; the root's
     ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
     members share one communicator; a dimension of size 1 has none.

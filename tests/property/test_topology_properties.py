@@ -220,9 +220,7 @@ def test_sizes_whose_product_is_not_the_world_are_rejected(plan, factor):
         MeshTopology(plan.world_size * factor, **sizes)
     assume(plan.world_size % factor)
     with pytest.raises(ValueError, match="cannot infer its size"):
-        MeshTopology(
-            plan.world_size // factor or 1, **{**sizes, "pp": sizes["pp"] * factor, "tp": -1}
-        )
+        MeshTopology(plan.world_size, **{**sizes, "pp": sizes["pp"] * factor, "tp": -1})
 
 
 @given(layouts(max_world_size=4096), st.sampled_from(DENSE_DIMS))

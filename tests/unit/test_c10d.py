@@ -11,7 +11,6 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 
 from gangmesh import _backend, _c10d
 from gangmesh.gang import ReduceOperation
@@ -43,15 +42,6 @@ def test_a_named_group_gets_the_name_and_leaves_torchs_counter_alone(gloo_world)
     assert _c10d.group_timeout(gloo_world, torch.device("cpu")) == timedelta(seconds=33)
     # torch's own job-wide naming carries on where it was.
     assert dist.new_group([0]).group_name == str(before)
-
-
-@pytest.mark.filterwarnings("ignore:Slicing a flattened dim")
-def test_flattened_dimensions_use_the_group_given(gloo_world):
-    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("a", "b"))
-    group = dist.new_group([0])
-    _c10d.register_flattened(mesh, "ab", ("a", "b"), group)
-    assert mesh["ab"].get_group() is group
-    assert mesh["a", "b"].get_group("a") is mesh.get_group("a")
 
 
 def test_the_fake_backend_registers_and_reports_no_timeout(gloo_world):
