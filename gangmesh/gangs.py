@@ -49,6 +49,8 @@ class Gangs:
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`).
 
+    :param mesh: the dense mesh, kept as ``meshes["dense"]``.
+    :param expert_mesh: the expert mesh, kept as ``meshes["expert"]``.
     :raises ValueError: root rank 0 is not rank 0 of every gang, or the gang sizes
         do not multiply to the root size.
     """

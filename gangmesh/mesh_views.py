@@ -40,6 +40,8 @@ class Meshes(Mapping[str, DeviceMesh]):
     Traceback (most recent call last):
     ...
     KeyError: "mesh 'fsdp' (the name of 'dp_shard_cp') is not built here; built: none"
+
+    :param meshes: mesh name -> DeviceMesh, by the names of MESH_NAMES.
     """
 
     __slots__ = ("_meshes",)

@@ -6,6 +6,7 @@ that a torch release that moves them fails here, not as a hang in a multi-proces
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 
 import pytest
@@ -42,6 +43,20 @@ def test_a_named_group_gets_the_name_and_leaves_torchs_counter_alone(gloo_world)
     assert _c10d.group_timeout(gloo_world, torch.device("cpu")) == timedelta(seconds=33)
     # torch's own job-wide naming carries on where it was.
     assert dist.new_group([0]).group_name == str(before)
+
+
+def test_a_named_group_carries_its_description_and_takes_ascending_ranks_only(gloo_world):
+    group = _c10d.new_group_named(
+        [0], 2**62 + 9, backend="gloo", timeout=timedelta(seconds=5), options=None,
+        description="gangmesh:tp:0",
+    )  # fmt: skip
+    assert group.group_name == str(2**62 + 9)
+    if "group_desc" in inspect.signature(dist.new_group).parameters:
+        assert group.group_desc == "gangmesh:tp:0"
+    with pytest.raises(ValueError, match=r"ranks: expected distinct ranks in ascending order"):
+        _c10d.new_group_named(
+            [0, 0], 2**62 + 10, backend="gloo", timeout=timedelta(seconds=5), options=None
+        )
 
 
 def test_the_fake_backend_registers_and_reports_no_timeout(gloo_world):
