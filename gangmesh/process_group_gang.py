@@ -444,6 +444,7 @@ class ProcessGroupGang(Gang):
             receives[r].copy_(piece)
 
     def _group_rank(self, rank: int) -> int:
+        """The rank in the group of gang rank ``rank``."""
         return rank if self._to_group is None else self._to_group[rank]
 
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
@@ -451,7 +452,10 @@ class ProcessGroupGang(Gang):
         if pg is None:
             self._closed("broadcast")
         try:
-            _backend.broadcast(pg, tensor, self._group_rank(source_rank))
+            to_group = self._to_group
+            _backend.broadcast(
+                pg, tensor, source_rank if to_group is None else to_group[source_rank]
+            )
         except RuntimeError as ex:
             self._fail(f"broadcast(source_rank={source_rank})", ex)
 
