@@ -90,6 +90,11 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             # it (a class's __init__; Store, imported for type checking only).
             ("ProcessGroup", "py:class", "distributed.html#groups"),
             ("Store", "py:class", "distributed.html#torch.distributed.Store"),
+            (
+                "DeviceMesh",
+                "py:class",
+                "distributed.html#torch.distributed.device_mesh.DeviceMesh",
+            ),
         ],
     ),
     "python": (

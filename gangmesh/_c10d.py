@@ -8,6 +8,7 @@ release that moves them fails loudly instead of hanging.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -16,9 +17,13 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
-from torch.distributed.device_mesh import DeviceMesh
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+_NEW_GROUP_PARAMETERS = frozenset(inspect.signature(dist.new_group).parameters)
+"""What this torch's new_group takes: group_desc is there from 2.9.1 on; sort_ranks (not
+used: groups gangmesh creates number their members ascending) from 2.13 on."""
 
 
 def new_group_named(
@@ -28,30 +33,42 @@ def new_group_named(
     backend: str,
     timeout: timedelta,
     options: Any | None,
+    description: str | None = None,
 ) -> ProcessGroup:
-    """A process group of ``ranks`` (in this order), made by its members only.
+    """A process group of ``ranks`` (ascending), made by its members only.
 
     Every member calls it with the same ``ranks`` and ``name``; no other process
-    takes part. torch names a new group either after a job-wide counter, which
-    every process of the job must advance together, or after a hash salted with
-    per-process counts that differ between members once groups were made by parts
-    of the job (torch 2.13 salts with the number of groups a process holds; 2.14
-    with the counter, which it then advances on members only). Either way members
-    can disagree and wait for each other forever. The members agree on ``name``, so
-    it becomes torch's counter for this one call and the counter is put back after,
-    leaving torch's own job-wide naming untouched. Public alternative to watch: a
-    ``group_name`` argument to ``new_group``.
+    takes part. The members must agree on the group's name: torch keys the new
+    group's rendezvous in the store by it. No torch from 2.9.1 to 2.14.1 lets the
+    caller name a group, and none names it alike on members that made different
+    groups before: with ``use_local_synchronization=True`` (public) torch hashes the
+    ranks salted with the number of groups the process holds (2.9.1 to 2.13) or with
+    its job-wide group counter, advanced on members only (2.14); without it, torch
+    names the group after that counter, which every process of the job must advance
+    together. So ``name`` becomes torch's counter for this one call (private:
+    ``_world.group_count``) and the counter is put back after, leaving torch's own
+    job-wide naming untouched; the group gets the unhashed name ``str(name)``.
+    ``description`` reaches torch as ``group_desc`` (shown in its logs and flight
+    recorder) where new_group takes it. Public alternative to watch: a
+    ``group_name`` argument to ``new_group`` (2.14's ProcessGroup.new_group hook
+    already receives one).
 
+    :raises ValueError: ``ranks`` do not ascend.
     :raises RuntimeError: torch named the group otherwise (a torch release changed
         its naming; gangmesh must follow).
     """
+    if ranks != sorted(set(ranks)):
+        raise ValueError(f"ranks: expected distinct ranks in ascending order, got {ranks}")
+    extra: dict[str, Any] = {}
+    if description is not None and "group_desc" in _NEW_GROUP_PARAMETERS:
+        extra["group_desc"] = description
     world = dist.distributed_c10d._world
     saved = world.group_count
     world.group_count = name
     try:
         with _without_init_barrier():
             group = dist.new_group(
-                ranks, timeout=timeout, backend=backend, pg_options=options, sort_ranks=False
+                ranks, timeout=timeout, backend=backend, pg_options=options, **extra
             )
     finally:
         world.group_count = saved
@@ -126,32 +143,6 @@ def ensure_fake_backend() -> None:
     alternative to watch: "fake" registered by torch.distributed itself.
     """
     import torch.testing._internal.distributed.fake_pg  # noqa: F401
-
-
-def register_flattened(
-    mesh: DeviceMesh, name: str, dims: tuple[str, ...], group: ProcessGroup
-) -> None:
-    """Give the root ``mesh`` a flattened dimension ``name`` over ``dims``, backed by ``group``.
-
-    ``DeviceMesh._flatten`` would make a new group for every flattened set of
-    ranks, even where one with the same members exists. This builds the same
-    flattened mesh around a group gangmesh already holds. It slices the layout
-    itself: on torch 2.14 ``mesh[dims]`` imports ``torch._dynamo``, and that import
-    keeps the default group (and its threads) alive until the interpreter ends.
-    Public alternative to watch: a way to hand ``_flatten`` existing groups.
-    """
-    sliced = mesh._get_slice_mesh_layout(dims)
-    flat = DeviceMesh(
-        mesh.device_type,
-        _layout=type(sliced)([sliced.collapse()]),
-        _rank_map=mesh._rank_map,
-        mesh_dim_names=(name,),
-        _root_mesh=mesh,
-        _init_backend=False,
-    )
-    flat._dim_group_names = [group.group_name]
-    mesh._pg_registry[group.group_name] = group
-    mesh._flatten_mapping[name] = flat
 
 
 def undecorated(function: _F) -> _F:

@@ -109,14 +109,15 @@ class Registry:
         """The default group of these groups (held weakly: it belongs to its creator)."""
         return None if self._world is None else self._world()
 
-    def acquire(self, key: CommunicatorKey) -> Lease:
+    def acquire(self, key: CommunicatorKey, label: str = "gang") -> Lease:
         """A lease on the group for ``key``, created by this call if there is none yet.
 
         Every member of ``key.ranks`` calls it in the same order; no other process does.
+        ``label`` (the gang's name) goes into the description torch logs for a new group.
         """
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(self._create(key), key, created=True)
+            entry = _Entry(self._create(key, label), key, created=True)
             self._entries[key] = entry
         entry.holders += 1
         return Lease(key, entry, self)
@@ -145,7 +146,7 @@ class Registry:
             except (RuntimeError, ValueError) as ex:
                 log.debug("destroying the group of ranks %s failed: %s", entry.key.ranks, ex)
 
-    def _create(self, key: CommunicatorKey) -> ProcessGroup:
+    def _create(self, key: CommunicatorKey, label: str) -> ProcessGroup:
         if key.backend == "fake":
             _c10d.ensure_fake_backend()
         name = _group_name(key)
@@ -156,6 +157,7 @@ class Registry:
             backend=key.backend,
             timeout=key.timeout,
             options=_c10d.backend_options(key.backend, key.timeout, key.high_priority),
+            description=f"gangmesh:{label}:{_ranks_text(key.ranks)}",
         )
 
 
@@ -176,6 +178,12 @@ def _group_name(key: CommunicatorKey) -> int:
     return 2**62 + digest
 
 
+def _ranks_text(ranks: tuple[int, ...], limit: int = 8) -> str:
+    """``"0,2,4,6"``; long groups as their first ranks, "..." and the last."""
+    shown = ranks if len(ranks) <= limit else (*ranks[: limit - 1], "...", ranks[-1])
+    return ",".join(map(str, shown))
+
+
 def _registry() -> Registry:
     """The registry of the current default group; a new one once that group changed."""
     global _current
@@ -193,9 +201,9 @@ def forget_all() -> None:
     _current = Registry(None)
 
 
-def acquire(key: CommunicatorKey) -> Lease:
+def acquire(key: CommunicatorKey, label: str = "gang") -> Lease:
     """A lease on the shared group for ``key`` (see :meth:`Registry.acquire`)."""
-    return _registry().acquire(key)
+    return _registry().acquire(key, label)
 
 
 def lend(group: ProcessGroup, key: CommunicatorKey) -> Lease:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -21,6 +21,7 @@ from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.mesh_read import read_meshes
+from gangmesh.mesh_views import Meshes
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.rendezvous import LayoutAgreement
 from gangmesh.topology import (
@@ -35,18 +36,23 @@ log = logging.getLogger("gangmesh")
 class Gangs:
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
-    ``mesh`` is the dense DeviceMesh (dimensions in ``plan.order``, plus the
-    flattened "dp" and "dp_shard_cp" when gangmesh built it); hand it to FSDP2
-    (``mesh["dp_replicate", "dp_shard"]`` for HSDP), tensor parallelism
-    (``mesh["tp"]``) and pipeline stages. ``expert_mesh`` has the dimensions
-    ("pp", "dp_replicate", "efsdp", "ep", "etp") and the flattened "edp" over the
-    same processes, for every ep (at ep = 1 its ep dimension has size 1). Both are
-    None for fake gangs; :meth:`from_mesh` keeps the user's meshes as they are.
+    ``meshes`` maps a name to a DeviceMesh built over the gangs' own groups, one
+    per use (torchtitan's names in brackets): "dense" (``plan.order``: pp,
+    dp_replicate, dp_shard, cp, tp); "dp_shard_cp" ("fsdp": pp, dp_replicate,
+    dp_shard_cp, tp), for FSDP2 (``["dp_replicate", "dp_shard_cp"]``) and tensor
+    parallelism (``["tp"]``) on one root; "dp_cp" ("loss": pp, dp_cp, tp), every
+    data dimension for the loss; "dp" ("batch": pp, dp, cp, tp), for data loading;
+    "expert" (pp, dp_replicate, efsdp, ep, etp) and "edp" (pp, edp, ep, etp), at
+    every ep (at ep = 1 the ep dimension has size 1). ``mesh`` is ``meshes["dense"]`` and
+    ``expert_mesh`` ``meshes["expert"]`` (None where absent). Fake gangs have no
+    meshes; :meth:`from_mesh` keeps the user's meshes as "dense" and "expert".
     Built directly from gangs, without the expert ones, a Gangs takes the dense
     gangs of the same members: etp = tp, efsdp = sdp, edp = dp (ep = 1, cp = 1).
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`).
 
+    :param mesh: the dense mesh, kept as ``meshes["dense"]``.
+    :param expert_mesh: the expert mesh, kept as ``meshes["expert"]``.
     :raises ValueError: root rank 0 is not rank 0 of every gang, the gang sizes
         do not multiply to the root size, or expert gangs are missing where cp > 1.
     """
@@ -62,8 +68,7 @@ class Gangs:
         "efsdp",
         "ep",
         "etp",
-        "expert_mesh",
-        "mesh",
+        "meshes",
         "plan",
         "pp",
         "rdp",
@@ -97,10 +102,8 @@ class Gangs:
     """Expert data parallel: dp_replicate x efsdp flattened."""
     plan: MeshTopology
     """The layout these gangs were built from."""
-    mesh: DeviceMesh | None
-    """The dense DeviceMesh (built: with the flattened "dp" and "dp_shard_cp"); None if fake."""
-    expert_mesh: DeviceMesh | None
-    """The expert DeviceMesh (built: with the flattened "edp"); None if fake."""
+    meshes: Meshes
+    """Mesh name -> DeviceMesh over these gangs' groups (see the class docstring)."""
     timeout: timedelta | None
     """Timeout of the groups these gangs created."""
 
@@ -122,6 +125,7 @@ class Gangs:
         mesh: DeviceMesh | None = None,
         expert_mesh: DeviceMesh | None = None,
         timeout: timedelta | None = None,
+        meshes: Mapping[str, DeviceMesh] | None = None,
     ) -> None:
         def one(gang: Gang | None) -> Gang:
             return gang if gang is not None else FakeGang(root.device)
@@ -129,13 +133,13 @@ class Gangs:
         self.root = root
         self.dp, self.rdp, self.sdp, self.tp, self.pp = dp, rdp, sdp, tp, pp
         self.cp, self.ep = one(cp), one(ep)
-        given = {"dp": dp, "rdp": rdp, "sdp": sdp, "tp": tp, "pp": pp, "cp": self.cp, "ep": ep,
+        gangs = {"dp": dp, "rdp": rdp, "sdp": sdp, "tp": tp, "pp": pp, "cp": self.cp, "ep": ep,
                  "efsdp": efsdp, "etp": etp, "edp": edp}  # fmt: skip
-        off = [name for name, gang in given.items() if gang is not None and gang.rank != 0]
+        off = [name for name, gang in gangs.items() if gang is not None and gang.rank != 0]
         if root.rank == 0 and off:
             raise ValueError(
                 f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
-                f"there is {', '.join(str(given[name].rank) for name in off)}"  # type: ignore[union-attr]
+                f"there is {', '.join(str(gangs[name].rank) for name in off)}"  # type: ignore[union-attr]
             )
         if (efsdp is None or edp is None) and self.cp.size > 1:
             raise ValueError(
@@ -149,9 +153,11 @@ class Gangs:
             root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=self.cp.size,
             tp=tp.size, ep=self.ep.size, etp=self.etp.size,
         )  # fmt: skip
-        self.mesh = mesh
-        self.expert_mesh = expert_mesh
-        if mesh is not None or expert_mesh is not None:
+        given = {"dense": mesh, "expert": expert_mesh}
+        self.meshes = Meshes(
+            {**(meshes or {}), **{name: m for name, m in given.items() if m is not None}}
+        )
+        if self.meshes:
             release_at_exit(self)
         self.timeout = timeout
         self._gangs: dict[str, Gang] = {
@@ -168,8 +174,17 @@ class Gangs:
 
     def _release(self) -> None:
         """Drop the meshes (they hold torch's groups); for the exit teardown only."""
-        self.mesh = None
-        self.expert_mesh = None
+        self.meshes = Meshes({})
+
+    @property
+    def mesh(self) -> DeviceMesh | None:
+        """The dense DeviceMesh, ``meshes["dense"]``; None for fake gangs."""
+        return self.meshes.get("dense")
+
+    @property
+    def expert_mesh(self) -> DeviceMesh | None:
+        """The expert DeviceMesh, ``meshes["expert"]``; None without an expert view or fake."""
+        return self.meshes.get("expert")
 
     @classmethod
     def _of(
@@ -179,7 +194,7 @@ class Gangs:
         gangs = cls(
             root=root, dp=g["dp"], rdp=g["dp_replicate"], sdp=g["dp_shard"], tp=g["tp"],
             pp=g["pp"], cp=g["cp"], ep=g["ep"], efsdp=g["efsdp"], etp=g["etp"], edp=g["edp"],
-            plan=plan, mesh=built.mesh, expert_mesh=built.expert_mesh, timeout=timeout,
+            plan=plan, timeout=timeout, meshes=built.meshes,
         )  # fmt: skip
         gangs._gangs.update(g)
         gangs._leases = built.leases
@@ -283,7 +298,9 @@ class Gangs:
         ranks row-major, as :func:`~torch.distributed.device_mesh.init_device_mesh`
         does. The plan is derived once from
         them; the meshes are kept as they are (gangmesh adds no flattened
-        dimension to them: ``gangs.dp`` is a gang of its own). ``root`` defaults
+        dimension to them: ``gangs.dp`` is a gang of its own) as ``meshes["dense"]``
+        and ``meshes["expert"]``; the other meshes are built over the same groups
+        and the flattened ones gangmesh creates. ``root`` defaults
         to the default process group; ``timeout`` (default: the root's) is that
         of the flattened groups gangmesh creates.
 
@@ -316,7 +333,9 @@ class Gangs:
             raise InvalidTypeError(f"root: expected a ProcessGroupGang, got {root.describe()}")
         timeout = _check_timeout(timeout) or root.timeout
         built = mesh_build.wrap(root, plan, groups, timeout)
-        built.mesh, built.expert_mesh = mesh, expert_mesh
+        built.meshes["dense"] = mesh
+        if expert_mesh is not None:
+            built.meshes["expert"] = expert_mesh
         return cls._of(root, plan, built, timeout)
 
 
@@ -348,10 +367,11 @@ def create_gangs(
     """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
 
     The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
-    outermost first unless ``order`` says otherwise, plus the flattened "dp"
-    (dp_replicate x dp_shard) and "dp_shard_cp". Exactly one size may be -1
-    (inferred). An expert mesh ("pp", "dp_replicate", "efsdp", "ep", "etp") lays
-    the same processes out for expert layers (at ep = 1 too). ``timeout``
+    outermost first unless ``order`` says otherwise; ``Gangs.meshes`` adds meshes
+    with dimensions merged ("dp_shard_cp", "dp_cp", "dp"), the expert mesh ("pp",
+    "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (at
+    ep = 1 too), all over the gangs' groups. Exactly one size may be
+    -1 (inferred). ``timeout``
     (default: the root gang's) is the timeout of every group created; the root's
     ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
     members share one communicator; a dimension of size 1 has none.

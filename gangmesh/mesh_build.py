@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -16,8 +15,9 @@ from gangmesh import _c10d
 from gangmesh.communicators import FAKE_TIMEOUT, CommunicatorKey, Lease, acquire, lend
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang, GangError
+from gangmesh.mesh_views import build_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology, View
+from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology
 
 log = logging.getLogger("gangmesh")
 
@@ -30,8 +30,8 @@ class Built:
     """What building a plan gives one process."""
 
     gangs: dict[str, Gang]
-    mesh: DeviceMesh | None = None
-    expert_mesh: DeviceMesh | None = None
+    meshes: dict[str, DeviceMesh] = field(default_factory=dict)
+    """Mesh name (of mesh_views.MESH_NAMES) -> DeviceMesh."""
     leases: list[Lease] = field(default_factory=list)
     """Groups the meshes use beyond the gangs' own (the root's, one-process ones)."""
 
@@ -55,15 +55,7 @@ def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Bui
 
     :raises GangError: a process group or a mesh cannot be created.
     """
-    built = _gangs(root, plan, {}, timeout)
-    try:
-        lone = acquire(CommunicatorKey((dist.get_rank(),), "fake", FAKE_TIMEOUT, False))
-        built.leases.append(lone)
-        built.mesh = _mesh(root.device, plan.view(), built.gangs, lone.group)
-        built.expert_mesh = _mesh(root.device, plan.view(expert=True), built.gangs, lone.group)
-    except (RuntimeError, ValueError) as ex:
-        release(built)
-        raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
+    built = _with_meshes(root, plan, _gangs(root, plan, {}, timeout))
     log.debug("rank %d: gangs of %s built", root.rank, plan)
     return built
 
@@ -79,9 +71,26 @@ def wrap(
     ``groups`` maps each dimension of ``plan`` that a user's mesh has to its group.
     Those groups are lent to gangmesh: closing the gangs never destroys them.
 
-    :raises GangError: a flattened group cannot be created.
+    The meshes are built over the gangs' groups, as :func:`build` builds them.
+
+    :raises GangError: a flattened group or a mesh cannot be created.
     """
-    return _gangs(root, plan, groups, timeout)
+    return _with_meshes(root, plan, _gangs(root, plan, groups, timeout))
+
+
+def _with_meshes(root: ProcessGroupGang, plan: MeshTopology, built: Built) -> Built:
+    """``built`` with the meshes of ``plan`` over its gangs' groups.
+
+    :raises GangError: a mesh cannot be created (the gangs are closed first).
+    """
+    try:
+        lone = acquire(CommunicatorKey((dist.get_rank(),), "fake", FAKE_TIMEOUT, False), "size-1")
+        built.leases.append(lone)
+        built.meshes = meshes_of(root.device, plan, built.gangs, lone.group)
+    except (RuntimeError, ValueError) as ex:
+        release(built)
+        raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
+    return built
 
 
 def _gangs(
@@ -110,7 +119,8 @@ def _gangs(
                 actual = _c10d.group_timeout(group, root.device) or timeout
                 lease = lend(group, CommunicatorKey(ranks, backend, actual, root.high_priority))
             else:
-                lease = acquire(CommunicatorKey(ranks, backend, timeout, root.high_priority))
+                key = CommunicatorKey(ranks, backend, timeout, root.high_priority)
+                lease = acquire(key, name)
             built.gangs[name] = ProcessGroupGang._leased(
                 lease,
                 root.device,
@@ -132,25 +142,13 @@ def release(built: Built) -> None:
         lease.release()
 
 
-def _mesh(
-    device: torch.device, view: View, gangs: dict[str, Gang], lone: ProcessGroup
-) -> DeviceMesh:
-    """A DeviceMesh of ``view`` over the gangs' groups, with its flattened dimensions."""
+def meshes_of(
+    device: torch.device, plan: MeshTopology, gangs: dict[str, Gang], lone: ProcessGroup
+) -> dict[str, DeviceMesh]:
+    """The meshes of ``plan`` over the gangs' groups; ``lone`` stands for size-1 dimensions."""
 
     def group(name: str) -> ProcessGroup:
         gang = gangs[name]
         return gang.as_process_group() if gang.supports_process_group else lone
 
-    mesh = DeviceMesh.from_group(
-        [group(name) for name in view.names],
-        device.type,
-        mesh=torch.from_numpy(view.grid()).to(torch.int),
-        mesh_dim_names=view.names,
-    )
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*flattened dim.*")
-        for name, dims in FLATTENED.items():
-            if set(dims) <= set(view.names):
-                ordered = tuple(sorted(dims, key=view.names.index))
-                _c10d.register_flattened(mesh, name, ordered, group(name))
-    return mesh
+    return build_meshes(device.type, plan, group)

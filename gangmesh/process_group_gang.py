@@ -67,6 +67,8 @@ class ProcessGroupGang(Gang):
         self._rank = dist.get_rank(pg)
         self._size = dist.get_world_size(pg)
         self._global_ranks = dist.get_process_group_ranks(pg)
+        self._to_group: list[int] | None = None
+        self._from_group: list[int] | None = None
         self._backend = dist.get_backend(pg)
         self._timeout = _c10d.group_timeout(pg, self._device) or timeout or DEFAULT_TIMEOUT
         self._high_priority = high_priority
@@ -162,8 +164,13 @@ class ProcessGroupGang(Gang):
         name: str,
         monitored: bool,
         high_priority: bool,
+        members: list[int] | None = None,
     ) -> ProcessGroupGang:
-        """A gang over a shared group; closing it gives the lease back."""
+        """A gang over a shared group; closing it gives the lease back.
+
+        ``members`` (global ranks, in gang rank order) numbers the gang otherwise
+        than the group, whose ranks ascend.
+        """
         gang = cls(
             lease.group,
             device,
@@ -173,7 +180,19 @@ class ProcessGroupGang(Gang):
             high_priority=high_priority,
         )
         gang._lease = lease
+        if members is not None and members != gang._global_ranks:
+            gang._renumber(members)
         return gang
+
+    def _renumber(self, members: list[int]) -> None:
+        """Number the gang by ``members``: collectives map gang ranks to group ranks."""
+        position = {member: index for index, member in enumerate(self._global_ranks)}
+        self._to_group = [position[member] for member in members]
+        self._from_group = [0] * len(members)
+        for gang_rank, group_rank in enumerate(self._to_group):
+            self._from_group[group_rank] = gang_rank
+        self._rank = self._from_group[self._rank]
+        self._global_ranks = list(members)
 
     @property
     def rank(self) -> int:
@@ -217,7 +236,8 @@ class ProcessGroupGang(Gang):
         return list(self._global_ranks)
 
     def as_process_group(self) -> ProcessGroup:
-        """The ProcessGroup.
+        """The ProcessGroup. Its ranks ascend with the global ranks, so a sub-gang made with
+        ranks out of order (``create_gang([2, 0])``) numbers its members otherwise.
 
         :raises GangError: the gang is closed.
         """
@@ -266,14 +286,17 @@ class ProcessGroupGang(Gang):
         self._monitor_lease = None
 
     def _key(self, global_ranks: list[int], backend: str) -> CommunicatorKey:
-        return CommunicatorKey(tuple(global_ranks), backend, self._timeout, self._high_priority)
+        """The key of a group of ``global_ranks``: groups number their members ascending."""
+        return CommunicatorKey(
+            tuple(sorted(global_ranks)), backend, self._timeout, self._high_priority
+        )
 
     def _monitor_with_gloo(self, pg: ProcessGroup) -> None:
         """Run monitored barriers on this gang's own group if it is gloo, else on a gloo twin."""
         if self._backend == "gloo":
             self._monitor_group = pg
         else:
-            self._monitor_lease = acquire(self._key(self._global_ranks, "gloo"))
+            self._monitor_lease = acquire(self._key(self._global_ranks, "gloo"), self._name)
             self._monitor_group = self._monitor_lease.group
 
     def _create_gang(self, ranks: list[int]) -> ProcessGroupGang | None:
@@ -282,7 +305,7 @@ class ProcessGroupGang(Gang):
             return None
         members = [self._global_ranks[r] for r in ranks]
         try:
-            lease = acquire(self._key(members, self._backend))
+            lease = acquire(self._key(members, self._backend), f"{self._name}[sub]")
         except (RuntimeError, ValueError) as ex:
             raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {ex}") from ex
         return ProcessGroupGang._leased(
@@ -291,6 +314,7 @@ class ProcessGroupGang(Gang):
             name=f"{self._name}[{','.join(map(str, ranks))}]",
             monitored=self._monitor_group is not None,
             high_priority=self._high_priority,
+            members=members,
         )
 
     def _barrier(self) -> None:
@@ -331,7 +355,12 @@ class ProcessGroupGang(Gang):
         if output_tensor.dim() != input_tensor.dim():  # stacked or flat: concatenate instead
             output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
         try:
-            _backend.all_gather_single(pg, output_tensor, input_tensor.contiguous())
+            if self._from_group is None:
+                _backend.all_gather_single(pg, output_tensor, input_tensor.contiguous())
+            else:
+                chunks = output_tensor.chunk(self._size)
+                outputs = [chunks[r] for r in self._from_group]
+                _backend.all_gather(pg, outputs, input_tensor.contiguous())
         except RuntimeError as ex:
             self._fail("all_gather", ex)
 
@@ -339,6 +368,8 @@ class ProcessGroupGang(Gang):
         pg = self._pg
         if pg is None:
             self._closed("all_gather_to_list")
+        if self._from_group is not None:
+            output_tensors = [output_tensors[r] for r in self._from_group]
         try:
             _backend.all_gather(pg, output_tensors, input_tensor)
         except RuntimeError as ex:
@@ -354,6 +385,9 @@ class ProcessGroupGang(Gang):
             output_tensor = output_tensor.view(1)
         if input_tensor.dim() != output_tensor.dim():  # stacked: concatenate instead
             input_tensor = input_tensor.view(-1, *output_tensor.shape[1:])
+        if self._from_group is not None:
+            chunks = input_tensor.chunk(self._size)
+            input_tensor = torch.cat([chunks[r] for r in self._from_group])
         try:
             _backend.reduce_scatter_single(pg, output_tensor, input_tensor.contiguous(), op)
         except RuntimeError as ex:
@@ -369,6 +403,11 @@ class ProcessGroupGang(Gang):
         pg = self._pg
         if pg is None:
             self._closed("all_to_all")
+        if self._from_group is not None:
+            self._all_to_all_renumbered(
+                pg, output_tensor, input_tensor, output_split_sizes, input_split_sizes
+            )
+            return
         try:
             _backend.all_to_all_single(
                 pg, output_tensor, input_tensor.contiguous(), output_split_sizes, input_split_sizes
@@ -376,12 +415,47 @@ class ProcessGroupGang(Gang):
         except RuntimeError as ex:
             self._fail("all_to_all", ex)
 
+    def _all_to_all_renumbered(
+        self,
+        pg: ProcessGroup,
+        output_tensor: Tensor,
+        input_tensor: Tensor,
+        output_split_sizes: list[int] | None,
+        input_split_sizes: list[int] | None,
+    ) -> None:
+        """all_to_all in gang rank order over a group numbered otherwise."""
+        order = self._from_group
+        assert order is not None
+        sends = _split(input_tensor, input_split_sizes, self._size)
+        receives = _split(output_tensor, output_split_sizes, self._size)
+        received = torch.empty_like(output_tensor)
+        by_group = [receives[r].shape[0] for r in order]
+        try:
+            _backend.all_to_all_single(
+                pg,
+                received,
+                torch.cat([sends[r] for r in order]),
+                by_group,
+                [sends[r].shape[0] for r in order],
+            )
+        except RuntimeError as ex:
+            self._fail("all_to_all", ex)
+        for piece, r in zip(torch.split(received, by_group), order, strict=True):
+            receives[r].copy_(piece)
+
+    def _group_rank(self, rank: int) -> int:
+        """The rank in the group of gang rank ``rank``."""
+        return rank if self._to_group is None else self._to_group[rank]
+
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
         pg = self._pg
         if pg is None:
             self._closed("broadcast")
         try:
-            _backend.broadcast(pg, tensor, source_rank)
+            to_group = self._to_group
+            _backend.broadcast(
+                pg, tensor, source_rank if to_group is None else to_group[source_rank]
+            )
         except RuntimeError as ex:
             self._fail(f"broadcast(source_rank={source_rank})", ex)
 
@@ -390,7 +464,9 @@ class ProcessGroupGang(Gang):
         if pg is None:
             self._closed("broadcast_objects")
         try:
-            _broadcast_object_list(objects, group=pg, group_src=source_rank, device=self._device)
+            _broadcast_object_list(
+                objects, group=pg, group_src=self._group_rank(source_rank), device=self._device
+            )
         except RuntimeError as ex:
             self._fail(f"broadcast_objects(source_rank={source_rank})", ex)
 
@@ -400,6 +476,8 @@ class ProcessGroupGang(Gang):
         found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", error)
         if found:
             ranks = [int(r) for r in found.group(1).split(",")]
+            if self._from_group is not None:
+                ranks = [self._from_group[r] for r in ranks]
             members = [self._global_ranks[r] for r in ranks]
             return f"gang ranks {ranks} (global ranks {members}) did not arrive in {seconds:g} s"
         return (
@@ -412,6 +490,11 @@ class ProcessGroupGang(Gang):
 
     def _fail(self, op: str, cause: Exception, reason: str | None = None) -> NoReturn:
         raise GangError(f"{op} failed on {self.describe()}: {reason or cause}") from cause
+
+
+def _split(tensor: Tensor, sizes: list[int] | None, parts: int) -> list[Tensor]:
+    """``tensor`` cut along dim 0 into ``sizes`` rows each, or into ``parts`` equal parts."""
+    return list(torch.split(tensor, sizes) if sizes else tensor.chunk(parts))
 
 
 def backend_for(device: torch.device) -> str:

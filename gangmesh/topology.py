@@ -39,6 +39,7 @@ EXPERT_DIMS: tuple[str, ...] = ("efsdp", "ep", "etp")
 FLATTENED: dict[str, tuple[str, ...]] = {
     "dp": ("dp_replicate", "dp_shard"),
     "dp_shard_cp": ("dp_shard", "cp"),
+    "dp_cp": ("dp_replicate", "dp_shard", "cp"),
     "edp": ("dp_replicate", "efsdp"),
 }
 """Flattened dimensions: a name for several dimensions taken together, in mesh order."""

@@ -1,10 +1,11 @@
 """Save and resume FSDP2 training with torch.distributed.checkpoint, on any layout.
 
-The toy model trains for ``--steps`` steps on ``gangs.mesh``. Every ``--every`` steps the
-model and the AdamW state are written to ``--dir`` as a DCP checkpoint; at start the job
-resumes from the newest complete checkpoint there. Rank 0 logs each step's loss next to the
-loss of one process training without interruption, and the job exits with status 1 if a loss
-or a final parameter differs from that run by more than 1e-5 (relative).
+The toy model trains for ``--steps`` steps on ``gangs.meshes["dp_shard_cp"]``. Every
+``--every`` steps the model and the AdamW state are written to ``--dir`` as a DCP
+checkpoint; at start the job resumes from the newest complete checkpoint there. Rank 0 logs
+each step's loss next to the loss of one process training without interruption, and the job
+exits with status 1 if a loss or a final parameter differs from that run by more than 1e-5
+(relative).
 
 Checkpoint ``step-N`` holds the state after N steps (steps are numbered from 0, so a job
 resumed from it trains step N next).
@@ -83,18 +84,18 @@ def parallelize(model: ToyModel, layout: str, root: gm.Gang) -> tuple[gm.Gangs, 
         gangs = gm.create_gangs(root, tp=2)
     else:
         gangs = gm.create_gangs(root, dp_replicate=2 if layout == "hsdp" else 1, dp_shard=-1)
-    assert gangs.mesh is not None
+    mesh = gangs.meshes["dp_shard_cp"]  # FSDP2 and tensor parallelism share this root
     if layout == "hsdp":
-        data_mesh = gangs.mesh["dp_replicate", "dp_shard"]
+        data_mesh = mesh["dp_replicate", "dp_shard_cp"]
         name = f"HSDP {gangs.rdp.size}x{gangs.sdp.size}"
     else:
-        data_mesh = gangs.mesh["dp_shard"]
+        data_mesh = mesh["dp_shard_cp"]
         name = f"TP {gangs.tp.size} x FSDP {gangs.sdp.size}" if layout == "tp" else "FSDP"
     for block in model.blocks:
         if layout == "tp":
             # `up` split by output features, `down` by input features: one all-reduce a block.
             plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
-            parallelize_module(block, gangs.mesh["tp"], plan)
+            parallelize_module(block, mesh["tp"], plan)
         fully_shard(block, mesh=data_mesh)
     fully_shard(model, mesh=data_mesh)
     return gangs, f"{name} on {root.size} processes"

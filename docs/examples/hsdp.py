@@ -1,4 +1,5 @@
-"""FSDP2 over gangs.mesh: hybrid sharding (HSDP) or full sharding, checked against one process.
+"""FSDP2 over gangs.meshes["dp_shard_cp"]: hybrid (HSDP) or full sharding, checked against one
+process.
 
 torchrun --nproc-per-node 4 docs/examples/hsdp.py            # HSDP: 2 replicas x 2 shards
 torchrun --nproc-per-node 4 docs/examples/hsdp.py --fsdp     # FSDP: 4 shards
@@ -33,8 +34,9 @@ def main() -> None:
         log.info("%s on %d %s: %s", "FSDP" if fsdp else "HSDP", root.size, noun, gangs)
 
     model = make_model(root.device)
-    assert gangs.mesh is not None
-    mesh = gangs.mesh["dp_shard"] if fsdp else gangs.mesh["dp_replicate", "dp_shard"]
+    # The mesh FSDP2 shards over: dp_shard x cp merged (cp is 1 here), beside dp_replicate.
+    data = gangs.meshes["dp_shard_cp"]
+    mesh = data["dp_shard_cp"] if fsdp else data["dp_replicate", "dp_shard_cp"]
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)

@@ -14,8 +14,9 @@ dp_shard`` slices, and the processes of one tp gang share a slice. The loss of o
 the mean over its slice, so the single-process gradient is the mean over the ``dp`` slices of
 their gradients.
 
-Dense weights are sharded by FSDP over ``mesh["dp_replicate", "dp_shard"]``, the ``dp``
-processes that hold distinct slices; FSDP's mean over them is the single-process gradient.
+Dense weights are sharded by FSDP over ``meshes["dp_shard_cp"]["dp_replicate",
+"dp_shard_cp"]``, the ``dp`` processes that hold distinct slices; FSDP's mean over them is
+the single-process gradient.
 
 Expert weights are not. Expert ``e`` lives on one rank of each ep gang, and the backward
 all_to_all brings it the gradient of every token routed to it by *any* rank of that gang.
@@ -326,14 +327,14 @@ class ExpertParallel:
 def shard(model: MoEModel, gangs: gm.Gangs) -> None:
     """Experts over the expert mesh (efsdp, replicated over dp_replicate), the rest over dp,
     the dense block tensor parallel when tp > 1."""
-    assert gangs.mesh is not None
-    dense_mesh = gangs.mesh["dp_replicate", "dp_shard"]
+    mesh = gangs.meshes["dp_shard_cp"]  # FSDP2 and tensor parallelism slice one root mesh
+    dense_mesh = mesh["dp_replicate", "dp_shard_cp"]
     if gangs.tp.size > 1:
-        parallelize_module(model.dense, gangs.mesh["tp"], DENSE_PLAN)
+        parallelize_module(model.dense, mesh["tp"], DENSE_PLAN)
     model.moe.experts.keep(gangs.ep, gangs.etp)
     model.moe.dispatch = ExpertParallel(gangs)
-    assert gangs.expert_mesh is not None
-    experts = fully_shard(model.moe.experts, mesh=gangs.expert_mesh["dp_replicate", "efsdp"])
+    expert_mesh = gangs.meshes["expert"]["dp_replicate", "efsdp"]
+    experts = fully_shard(model.moe.experts, mesh=expert_mesh)
     # The mean over the dp slices, not over the edp copies FSDP reduces (see above).
     experts.set_gradient_divide_factor(float(gangs.dp.size))
     # gloo has no pre-multiplied sum: reduce with SUM, then divide. (A shard group of one

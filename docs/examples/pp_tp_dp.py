@@ -62,14 +62,14 @@ def main() -> None:
     setup_logging()
     root = gm.setup_root_gang()
     gangs = gm.create_gangs(root, pp=2, dp_replicate=-1, dp_shard=1, tp=2)
-    assert gangs.mesh is not None, "this recipe needs 8 processes (pp 2 x tp 2 x dp 2)"
+    assert gangs.pp.size == 2, "this recipe needs 8 processes (pp 2 x tp 2 x dp 2)"
     if root.rank == 0:
         log.info("PP 2 x TP 2 x DP %d on %d processes: %s", gangs.dp.size, root.size, gangs)
 
     model = make_model(root.device)
     first = gangs.pp.rank == 0
     stage_module = FirstStage(model) if first else LastStage(model)
-    parallelize_module(stage_module.block, gangs.mesh["tp"], BLOCK_PLAN)
+    parallelize_module(stage_module.block, gangs.meshes["dp_shard_cp"]["tp"], BLOCK_PLAN)
     check_sharded(stage_module.block.up.weight, gangs.tp.size, root.rank)
     stage = PipelineStage(
         stage_module, gangs.pp.rank, gangs.pp.size, root.device, group=gangs.pp.as_process_group()

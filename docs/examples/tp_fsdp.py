@@ -1,4 +1,4 @@
-"""2-D parallel: tensor parallel blocks over gangs.mesh["tp"], FSDP2 over the data dims.
+"""2-D parallel: tensor parallel blocks and FSDP2 over one mesh, gangs.meshes["dp_shard_cp"].
 
 torchrun --nproc-per-node 4 docs/examples/tp_fsdp.py     # TP 2 x DP 2
 """
@@ -37,11 +37,12 @@ def main() -> None:
         log.info("TP %d x DP %d on %d processes: %s", tp, gangs.dp.size, root.size, gangs)
 
     model = make_model(root.device)
-    assert gangs.mesh is not None
+    # FSDP2 needs its mesh and the tensor parallel mesh sliced from one root mesh.
+    mesh = gangs.meshes["dp_shard_cp"]
     for block in model.blocks:
-        parallelize_module(block, gangs.mesh["tp"], BLOCK_PLAN)
-        fully_shard(block, mesh=gangs.mesh["dp_shard"])
-    fully_shard(model, mesh=gangs.mesh["dp_shard"])
+        parallelize_module(block, mesh["tp"], BLOCK_PLAN)
+        fully_shard(block, mesh=mesh["dp_shard_cp"])
+    fully_shard(model, mesh=mesh["dp_shard_cp"])
     # `up` rows are split by tp, then by dp.
     check_sharded(model.blocks[0].up.weight, gangs.tp.size * gangs.dp.size, root.rank)
 

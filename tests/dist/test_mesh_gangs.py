@@ -66,6 +66,16 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, la
         assert [c["created"] for c in got if c["ranks"] == list(range(WORLD)) and "root" in c["gangs"]] == [False]
 
 
+@pytest.mark.parametrize("layout", sorted(PLANS))
+def test_every_dimension_of_every_mesh_sums_over_its_gang(results, layout):
+    plan = PLANS[layout]
+    for me in range(WORLD):
+        sums = results[me][layout]["mesh_sums"]
+        assert {key.split("/")[0] for key in sums} >= {"dense", "dp_shard_cp", "dp_cp", "dp"}
+        for key, total in sums.items():
+            assert total == sum(plan.group_of(me, key.split("/")[1])), (me, key)
+
+
 def test_counts_for_the_documented_layouts(results):
     counts = {layout: len(results[0][layout]["communicators"]) for layout in PLANS}
     # root + each distinct set of ranks of size > 1 for rank 0.

@@ -20,6 +20,10 @@ def test_a_wrapped_user_mesh_keeps_working_after_close(results):
     for me in range(WORLD):
         tp = [me - me % 2, me - me % 2 + 1]
         assert results[me]["user_tp_after_close"] == sum(tp)
+        assert results[me]["user_dp_shard_after_close"] == sum([me % 2, me % 2 + 2])
+        # Its meshes are built over the user's groups and the flattened ones gangmesh made.
+        assert results[me]["wrapped_loss_sum"] == sum([me % 2, me % 2 + 2])
+        assert results[me]["wrapped_tp_is_users"] is True
         # root, tp and dp_shard are the user's (or torch's); none was created by gangmesh.
         assert results[me]["wrapped_created"] == [False, False, False]
 
@@ -41,5 +45,6 @@ def test_refined_gangs_share_groups_and_outlive_the_first(results):
             "edp": 6.0,
         }  # fmt: skip
         assert got["communicators"] == sorted([tp, dp]) + [[0, 1, 2, 3]]
+    assert all(results[me]["hsdp_tp_grads_match"] for me in range(WORLD))
     sums = {results[me]["fsdp_grad_sum"] for me in range(WORLD)}
     assert len(sums) == 1, "every process holds the same full gradient"

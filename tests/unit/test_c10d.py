@@ -6,12 +6,12 @@ that a torch release that moves them fails here, not as a hang in a multi-proces
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 
 from gangmesh import _backend, _c10d
 from gangmesh.gang import ReduceOperation
@@ -45,13 +45,18 @@ def test_a_named_group_gets_the_name_and_leaves_torchs_counter_alone(gloo_world)
     assert dist.new_group([0]).group_name == str(before)
 
 
-@pytest.mark.filterwarnings("ignore:Slicing a flattened dim")
-def test_flattened_dimensions_use_the_group_given(gloo_world):
-    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("a", "b"))
-    group = dist.new_group([0])
-    _c10d.register_flattened(mesh, "ab", ("a", "b"), group)
-    assert mesh["ab"].get_group() is group
-    assert mesh["a", "b"].get_group("a") is mesh.get_group("a")
+def test_a_named_group_carries_its_description_and_takes_ascending_ranks_only(gloo_world):
+    group = _c10d.new_group_named(
+        [0], 2**62 + 9, backend="gloo", timeout=timedelta(seconds=5), options=None,
+        description="gangmesh:tp:0",
+    )  # fmt: skip
+    assert group.group_name == str(2**62 + 9)
+    if "group_desc" in inspect.signature(dist.new_group).parameters:
+        assert group.group_desc == "gangmesh:tp:0"
+    with pytest.raises(ValueError, match=r"ranks: expected distinct ranks in ascending order"):
+        _c10d.new_group_named(
+            [0, 0], 2**62 + 10, backend="gloo", timeout=timedelta(seconds=5), options=None
+        )
 
 
 def test_the_fake_backend_registers_and_reports_no_timeout(gloo_world):

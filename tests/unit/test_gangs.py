@@ -197,7 +197,7 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one():
         report = gangs.communicators()
         assert [(info.ranks, info.gangs, info.created) for info in report] == [
             ((4, 5), ("tp",), True),
-            ((1, 3, 5, 7), ("dp_shard", "dp", "dp_shard_cp"), True),
+            ((1, 3, 5, 7), ("dp_shard", "dp", "dp_shard_cp", "dp_cp"), True),
             ((0, 1, 2, 3, 4, 5, 6, 7), ("root", "efsdp", "edp"), False),
         ]
         assert {info.timeout for info in report} == {gm.DEFAULT_TIMEOUT}
@@ -207,7 +207,7 @@ def test_a_dimension_spanning_the_world_shares_the_root_group():
     with simulate_gangs(8, 2) as gangs:
         assert gangs.dp.as_process_group() is gangs.root.as_process_group()
         assert [info.gangs for info in gangs.communicators()] == [
-            ("root", "dp_shard", "dp", "efsdp", "edp", "dp_shard_cp")
+            ("root", "dp_shard", "dp", "efsdp", "edp", "dp_shard_cp", "dp_cp")
         ]
 
 
@@ -261,3 +261,56 @@ def test_setup_root_gang_wraps_an_already_initialised_default_group():
         assert root.as_process_group() is gangs.root.as_process_group()
         root.close()
         assert dist.is_initialized(), "a wrapped default group is not the wrapper's to destroy"
+
+
+MESH_DIMS = {
+    "dense": ("pp", "dp_replicate", "dp_shard", "cp", "tp"),
+    "dp_shard_cp": ("pp", "dp_replicate", "dp_shard_cp", "tp"),
+    "dp_cp": ("pp", "dp_cp", "tp"),
+    "dp": ("pp", "dp", "cp", "tp"),
+    "expert": ("pp", "dp_replicate", "efsdp", "ep", "etp"),
+    "edp": ("pp", "edp", "ep", "etp"),
+}
+
+
+@pytest.mark.parametrize(
+    "dims",
+    [
+        {"pp": 2, "dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 2, "ep": 4},
+        {"dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 4, "ep": 2, "etp": 4},
+        {"dp_shard": 4, "cp": 2, "tp": 4, "order": "tp,pp,dp_replicate,cp,dp_shard"},
+    ],
+)
+def test_each_mesh_lays_out_the_plan_over_the_gangs_own_groups(dims):
+    with simulate_gangs(32, 13, **dims) as gangs:
+        plan = gangs.plan
+        assert list(gangs.meshes) == list(MESH_DIMS)  # the expert ones at ep = 1 too
+        for name, mesh in gangs.meshes.items():
+            names = mesh.mesh_dim_names or ()
+            wanted = MESH_DIMS[name]
+            if name == "dense":
+                wanted = plan.order
+            elif "order" in dims and name not in ("expert", "edp"):
+                # tp outermost, merged dimensions where their first one was
+                wanted = ("tp", *(n for n in wanted if n != "tp"))
+            assert names == wanted, name
+            for dim in names:
+                assert mesh[dim].mesh.tolist() == plan.group_of(13, dim), (name, dim)
+                gang = gangs[dim]
+                if gang.size > 1:
+                    assert mesh.get_group(dim) is gang.as_process_group(), (name, dim)
+        meshes = gangs.meshes
+        assert meshes["fsdp"] is meshes["dp_shard_cp"] and meshes["loss"] is meshes["dp_cp"]
+        assert meshes["batch"] is meshes["dp"] and gangs.mesh is meshes["dense"]
+        assert gangs.expert_mesh is meshes.get("expert")
+        with pytest.raises(KeyError, match="expected one of dense"):
+            meshes["model"]
+
+
+def test_meshes_are_read_only_and_fake_gangs_have_none():
+    gangs = gm.create_fake_gangs(CPU)
+    assert dict(gangs.meshes) == {}
+    with pytest.raises(KeyError, match="'loss' \\(the name of 'dp_cp'\\) is not built here"):
+        gangs.meshes["loss"]
+    with pytest.raises(TypeError):
+        gangs.meshes["dense"] = None  # type: ignore[index]

@@ -55,9 +55,16 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
     # The groups torch actually holds behind the gangs and both meshes, fake ones aside.
     gang_list = [gangs.root, *(gangs[name] for name in BUILT_NAMES)]
     groups = [g.as_process_group() for g in gang_list if isinstance(g, gm.ProcessGroupGang)]
-    for mesh in (gangs.mesh, gangs.expert_mesh):
-        if mesh is not None:
-            groups += [mesh.get_group(name) for name in mesh.mesh_dim_names or ()]
+    sums: dict[str, float] = {}
+    for mesh_name, mesh in gangs.meshes.items():
+        for dim in mesh.mesh_dim_names or ():
+            group = mesh.get_group(dim)
+            groups.append(group)
+            t = torch.tensor([float(me)])
+            if group.size() > 1:
+                dist.all_reduce(t, group=group)
+            sums[f"{mesh_name}/{dim}"] = t.item()
+    out["mesh_sums"] = sums
     real = {id(g): g for g in groups if dist.get_backend(g) != "fake"}
     out["real_groups"] = sorted(dist.get_process_group_ranks(g) for g in real.values())
     if gangs.mesh is not None:

@@ -10,6 +10,7 @@ from common import write_results
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import gangmesh as gm
 
@@ -18,6 +19,25 @@ def summed(group: dist.ProcessGroup, value: float) -> float:
     t = torch.tensor([value])
     dist.all_reduce(t, group=group)
     return t.item()
+
+
+def hsdp_tp_grads_match(gangs: gm.Gangs) -> bool:
+    """FSDP2 (HSDP) and tensor parallelism on slices of meshes["dp_shard_cp"] give the
+    gradients of one process (every process sees the same batch)."""
+    torch.manual_seed(1)
+    alone = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    model.load_state_dict(alone.state_dict())
+    mesh = gangs.meshes["dp_shard_cp"]
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp_replicate", "dp_shard_cp"])
+    batch = torch.arange(12.0).reshape(3, 4) / 10
+    model(batch).square().sum().backward()
+    alone(batch).square().sum().backward()
+    return all(
+        torch.allclose(p.grad.full_tensor(), q.grad, rtol=1e-5, atol=1e-6)  # type: ignore[union-attr]
+        for p, q in zip(model.parameters(), alone.parameters(), strict=True)
+    )
 
 
 def main() -> None:
@@ -29,8 +49,11 @@ def main() -> None:
     mine = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_shard", "tp"))
     wrapped = gm.Gangs.from_mesh(mine)
     out["wrapped_created"] = [info.created for info in wrapped.communicators()]
+    out["wrapped_loss_sum"] = summed(wrapped.meshes["loss"].get_group("dp_cp"), me)
+    out["wrapped_tp_is_users"] = wrapped.meshes["fsdp"].get_group("tp") is mine.get_group("tp")
     wrapped.close()
     out["user_tp_after_close"] = summed(mine.get_group("tp"), me)
+    out["user_dp_shard_after_close"] = summed(mine.get_group("dp_shard"), me)
 
     # Gangs closed: the default group stays, and a mesh can be made after.
     gm.create_gangs(root, tp=2).close()
@@ -55,6 +78,7 @@ def main() -> None:
     model(torch.ones(3, 4)).sum().backward()
     grad = model[0].weight.grad
     out["fsdp_grad_sum"] = float(grad.full_tensor().sum())  # type: ignore[union-attr]
+    out["hsdp_tp_grads_match"] = hsdp_tp_grads_match(second)
     out["communicators"] = [list(info.ranks) for info in second.communicators()]
     write_results(me, out)
 
