@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dist.launch import bare_processes, slurm_like
+from tests.dist.launch import bare_processes, sessions_alive, slurm_like
 from tests.dist.test_check import processes_mentioning
 
 pytestmark = pytest.mark.dist
@@ -16,6 +16,7 @@ def run_setup_fault(tmp_path, mode: str):
     out = tmp_path / mode
     run = bare_processes("setup_faults.py", 4, str(out), mode, timeout=120)
     assert processes_mentioning(str(out)) == [], "a process was left behind"
+    assert sessions_alive(run.pids) == [], "a process was left behind"
     assert run.returncode == 0, run.output
     return run.results(out)
 
