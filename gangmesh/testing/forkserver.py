@@ -113,7 +113,9 @@ class ForkServer:
             try:
                 event = self._started.get(timeout=timeout)
             except queue.Empty:
-                raise ForkServerError(f"the fork server did not answer within {timeout:g} s") from None
+                raise ForkServerError(
+                    f"the fork server did not answer within {timeout:g} s"
+                ) from None
             if "pid" not in event:
                 raise ForkServerError(event.get("error", "the fork server stopped"))
             pid = int(event["pid"])
@@ -309,7 +311,7 @@ def _run(job: Job) -> int:
         code = 0
     except SystemExit as ex:
         code = _exit_code(ex.code)
-    except BaseException as ex:  # noqa: BLE001 - reported as the interpreter would
+    except BaseException as ex:
         sys.excepthook(type(ex), ex, ex.__traceback__)
         code = 1
     return _exit(code)

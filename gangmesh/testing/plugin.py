@@ -89,11 +89,11 @@ from gangmesh.testing.world import (
 )
 
 if TYPE_CHECKING:
-    from gangmesh.testing.forkserver import ForkServer
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
     from gangmesh.gang import Gang
     from gangmesh.gangs import Gangs
+    from gangmesh.testing.forkserver import ForkServer
 
 __all__ = ["DEFAULT_TIMEOUT", "FAILURE_GRACE", "MARKER", "SimulatedGangs", "WorldFailed"]
 
