@@ -48,7 +48,7 @@ processes only, never in the process that reports; skip and xfail marks apply to
 test as a whole.
 
 The ranks are forked from a warm interpreter that the session starts once, with torch
-already imported (:mod:`gangmesh.testing.forkserver`): each test still gets new
+already imported (``gangmesh.testing.forkserver``): each test still gets new
 processes, none of which ran another test, so a test that leaves a process group behind,
 kills a rank or hangs a collective cannot touch the next one, and a world costs a fork
 per rank instead of an interpreter start and ``import torch``. ``--gangmesh-fresh-ranks``

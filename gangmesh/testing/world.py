@@ -3,7 +3,7 @@
 The process that reports a ``gangmesh_world`` test starts n ``python -m pytest`` runs of
 it, one per rank, each in a session of its own; waits for them within the timeout, with
 a grace once one fails; kills every session, and turns the ranks' results into the
-test's outcome. Given a :class:`~gangmesh.testing.forkserver.ForkServer`, the ranks are
+test's outcome. Given a ``ForkServer`` (``gangmesh.testing.forkserver``), the ranks are
 forked from its warm interpreter (torch already imported) instead of started afresh:
 the same pytest runs, in new processes, without paying for ``import torch`` each time.
 The pytest side (marker, fixtures, the test item) is :mod:`gangmesh.testing.plugin`.
