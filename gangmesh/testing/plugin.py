@@ -47,6 +47,15 @@ through a file store in a private temporary folder; its collectives time out aft
 processes only, never in the process that reports; skip and xfail marks apply to the
 test as a whole.
 
+The ranks are forked from a warm interpreter that the session starts once, with torch
+already imported (``gangmesh.testing.forkserver``): each test still gets new
+processes, none of which ran another test, so a test that leaves a process group behind,
+kills a rank or hangs a collective cannot touch the next one, and a world costs a fork
+per rank instead of an interpreter start and ``import torch``. ``--gangmesh-fresh-ranks``
+starts each rank as a new interpreter instead. What the forked processes skip is the C++
+teardown of a new interpreter's exit (atexit hooks do run): a test of what happens at
+interpreter exit needs processes of its own.
+
 ``timeout`` (seconds, default 120) bounds the whole run, process start included. When
 it expires, the ranks still running are killed with every process they started, and the
 test fails naming them, with the stack of each, written just before the deadline. Once a
@@ -74,6 +83,7 @@ from gangmesh.testing.world import (
     WORLD_VARIABLE,
     World,
     WorldFailed,
+    rank_server,
     report_outcomes,
     run_world,
 )
@@ -83,6 +93,7 @@ if TYPE_CHECKING:
 
     from gangmesh.gang import Gang
     from gangmesh.gangs import Gangs
+    from gangmesh.testing.forkserver import ForkServer
 
 __all__ = ["DEFAULT_TIMEOUT", "FAILURE_GRACE", "MARKER", "SimulatedGangs", "WorldFailed"]
 
@@ -93,6 +104,18 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds a ``gangmesh_world`` test may run, process start included, unless the marker says."""
 
 _CHILD_WORLD = pytest.StashKey[World | None]()
+_SERVER = pytest.StashKey["ForkServer | None"]()
+_FRESH_OPTION = "--gangmesh-fresh-ranks"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("gangmesh").addoption(
+        _FRESH_OPTION,
+        action="store_true",
+        default=False,
+        help=f"start each rank of a {MARKER} test as a new interpreter instead of forking "
+        "it from a warm one",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -113,6 +136,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     reporter = config.pluginmanager.get_plugin("gangmesh-world-rank")
     if isinstance(reporter, _RankReporter):
         reporter.close()
+    server = config.stash.get(_SERVER, None)
+    if server is not None:
+        config.stash[_SERVER] = None
+        server.close()
 
 
 # --- the simulated_gangs fixture ------------------------------------------------------------
@@ -280,7 +307,21 @@ class GangmeshWorldItem(pytest.Item):
 
     def runtest(self) -> None:
         size, timeout = _marker_arguments(self.get_closest_marker(MARKER))
-        report_outcomes(run_world(self.config, self.function, size, timeout), size, timeout)
+        outcomes = run_world(self.config, self.function, size, timeout, _server(self.config))
+        report_outcomes(outcomes, size, timeout)
+
+
+def _server(config: pytest.Config) -> ForkServer | None:
+    """The session's fork server (started on first use, replaced if it died), or None
+    under ``--gangmesh-fresh-ranks``."""
+    if config.getoption(_FRESH_OPTION, False):
+        return None
+    server = config.stash.get(_SERVER, None)
+    if server is None or not server.alive:
+        if server is not None:
+            server.close()
+        server = config.stash[_SERVER] = rank_server(config)
+    return server
 
 
 def _marker_arguments(marker: pytest.Mark | None) -> tuple[int, float]:

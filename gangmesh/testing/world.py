@@ -3,8 +3,11 @@
 The process that reports a ``gangmesh_world`` test starts n ``python -m pytest`` runs of
 it, one per rank, each in a session of its own; waits for them within the timeout, with
 a grace once one fails; kills every session, and turns the ranks' results into the
-test's outcome. The pytest side (marker, fixtures, the test item) is
-:mod:`gangmesh.testing.plugin`. Imports neither torch nor the rest of gangmesh.
+test's outcome. Given a ``ForkServer`` (``gangmesh.testing.forkserver``), the ranks are
+forked from its warm interpreter (torch already imported) instead of started afresh:
+the same pytest runs, in new processes, without paying for ``import torch`` each time.
+The pytest side (marker, fixtures, the test item) is :mod:`gangmesh.testing.plugin`.
+Imports neither torch nor the rest of gangmesh.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from gangmesh.testing.forkserver import ForkServer, Job
+
 __all__ = [
     "DUMP_AHEAD",
     "FAILURE_GRACE",
@@ -35,6 +40,7 @@ __all__ = [
     "Outcome",
     "World",
     "WorldFailed",
+    "rank_server",
     "report_outcomes",
     "run_world",
 ]
@@ -58,6 +64,8 @@ _LAUNCHER_VARIABLES = (
     "PYTEST_CURRENT_TEST",
     WORLD_VARIABLE,
 )
+_PRELOAD = ("numpy", "torch", "torch.distributed", "pytest")
+"""What the fork server imports before it forks ranks: what every rank would import."""
 _TAIL_LINES = 30
 DUMP_AHEAD = 1.0
 """Seconds before its deadline that a rank writes the stack of every thread, for the report."""
@@ -85,20 +93,56 @@ class _Rank:
     """One rank's process as the reporting process tracks it."""
 
     rank: int
-    process: subprocess.Popen[bytes]
+    pid: int  # also its session's id
     log: Path
     result: Path
     stacks: Path
+    process: subprocess.Popen[bytes] | None  # None: forked by ``server``
+    server: ForkServer | None = None
     code: int | None = None  # None: still running when it was killed
     killed_after: str = ""  # why it was killed, if it was
 
+    def await_exit(self) -> int | None:
+        """Block until the rank exits, without reaping it; its exit code (minus the signal
+        that ended it), or None if it cannot be known."""
+        if self.server is not None:
+            return self.server.wait(self.pid)
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            return None
+        if info is None:  # pragma: no cover - only with WNOHANG
+            return None
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+    def reap(self) -> int | None:
+        """Release the exited rank (its session killed first); its exit code."""
+        if self.server is not None:
+            code = self.server.wait(self.pid)
+            self.server.reap(self.pid)
+            return code
+        assert self.process is not None
+        return self.process.wait()
+
+
+def rank_server(config: pytest.Config) -> ForkServer:
+    """A fork server for the ranks of ``config``'s tests: torch imported, in the rootdir."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return ForkServer(_PRELOAD, env=env, cwd=config.rootpath)
+
 
 def run_world(
-    config: pytest.Config, function: pytest.Function, size: int, timeout: float
+    config: pytest.Config,
+    function: pytest.Function,
+    size: int,
+    timeout: float,
+    server: ForkServer | None = None,
 ) -> list[Outcome]:
     """Run ``function`` in ``size`` pytest processes within ``timeout``; how each rank ended.
 
-    Every process is reaped, and its session killed, before this returns.
+    The processes are forked by ``server`` when one is given and alive, else started
+    afresh. Every process is reaped, and its session killed, before this returns.
     """
     with tempfile.TemporaryDirectory(prefix="gangmesh-world-") as folder:
         base = Path(folder)
@@ -118,7 +162,7 @@ def run_world(
                     result=str(base / f"rank{rank}.json"),
                     stacks=str(base / f"rank{rank}.stacks"),
                 )
-                ranks.append(_start(config, target, world, port, base))
+                ranks.append(_start(config, target, world, port, base, server))
             _wait(ranks, deadline, timeout)
         finally:
             _kill_and_reap(ranks)
@@ -139,7 +183,14 @@ def _loopback_interface() -> str:
     return "lo"
 
 
-def _start(config: pytest.Config, target: str, world: World, port: int, base: Path) -> _Rank:
+def _start(
+    config: pytest.Config,
+    target: str,
+    world: World,
+    port: int,
+    base: Path,
+    server: ForkServer | None,
+) -> _Rank:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
     env.update(
         {
@@ -156,6 +207,18 @@ def _start(config: pytest.Config, target: str, world: World, port: int, base: Pa
     )
     command = _pytest_command(config, target, base / f"rank{world.rank}-tmp")
     log = base / f"rank{world.rank}.log"
+    result, stacks = Path(world.result), Path(world.stacks)
+    if server is not None and server.alive:
+        job = Job(
+            target="pytest",
+            module=True,
+            argv=command[3:],
+            env=env,
+            cwd=str(config.rootpath),
+            output=str(log),
+        )
+        pid = server.spawn(job)
+        return _Rank(world.rank, pid, log, result, stacks, process=None, server=server)
     with log.open("wb") as output:
         process = subprocess.Popen(
             command,
@@ -166,7 +229,7 @@ def _start(config: pytest.Config, target: str, world: World, port: int, base: Pa
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return _Rank(world.rank, process, log, Path(world.result), Path(world.stacks))
+    return _Rank(world.rank, process.pid, log, result, stacks, process=process)
 
 
 def _pytest_command(config: pytest.Config, target: str, basetemp: Path) -> list[str]:
@@ -222,20 +285,15 @@ def _wait(ranks: list[_Rank], deadline: float, timeout: float) -> None:
                 why = f"did not finish within {FAILURE_GRACE:g} s after rank {index} failed"
     for rank in running.values():
         rank.killed_after = why
-        _kill_session(rank.process.pid)
+        _kill_session(rank.pid)
 
 
 def _await_exit(rank: _Rank, exits: queue.Queue[tuple[int, int]]) -> None:
     """Report a rank's exit status without reaping it, so its process id (and session id)
     cannot be reused while its session may still need killing."""
-    try:
-        info = os.waitid(os.P_PID, rank.process.pid, os.WEXITED | os.WNOWAIT)
-    except ChildProcessError:
-        return
-    if info is None:  # pragma: no cover - only with WNOHANG
-        return
-    code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-    exits.put((rank.rank, code))
+    code = rank.await_exit()
+    if code is not None:
+        exits.put((rank.rank, code))
 
 
 def _kill_session(pid: int) -> None:
@@ -247,9 +305,9 @@ def _kill_and_reap(ranks: list[_Rank]) -> None:
     """Kill what each rank's session still holds (processes the test started included),
     then reap the ranks."""
     for rank in ranks:
-        _kill_session(rank.process.pid)
+        _kill_session(rank.pid)
     for rank in ranks:
-        code = rank.process.wait()
+        code = rank.reap()
         if rank.code is None and not rank.killed_after:
             rank.code = code
 
@@ -342,7 +400,13 @@ def _ranks(ranks: list[int]) -> str:
 
 def _test_frames(stacks: str) -> str:
     """A faulthandler dump without the frames of pytest itself."""
-    machinery = ("/_pytest/", "/pluggy/", "/pytest/__main__.py", "<frozen runpy>")
+    machinery = (
+        "/_pytest/",
+        "/pluggy/",
+        "/pytest/__main__.py",
+        "<frozen runpy>",
+        "/gangmesh/testing/forkserver.py",
+    )
     return "\n".join(
         line for line in stacks.splitlines() if not any(part in line for part in machinery)
     )

@@ -1,26 +1,53 @@
-"""Launch real multi-process gloo jobs on 127.0.0.1 with a bounded time and no leftovers."""
+"""Launch real multi-process gloo jobs on 127.0.0.1 with a bounded time and no leftovers.
+
+``torchrun`` and ``run_command`` start a command as it is (tests of torchrun, restarts,
+exit codes, the interpreter's exit, the CLI). The others (``processes``, ``bare_processes``,
+``slurm_like``, ``every_rank_results``, ``torchrun_like``) fork each rank from one warm
+interpreter that has imported torch and gangmesh (gangmesh.testing.forkserver): new
+processes, each in a session of its own, without paying for ``import torch`` per rank.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from gangmesh.testing.forkserver import ForkServer, Job
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# What the worker scripts and the docs' examples import, imported once by the fork server.
+PRELOAD = [
+    "numpy",
+    "torch",
+    "torch.distributed",
+    "torch.distributed.device_mesh",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor",
+    "torch.distributed.tensor.parallel",
+    "torch.distributed.checkpoint",
+    "gangmesh",
+]
 
 
 @dataclass
 class Run:
     returncode: int
     output: str
+    pids: list[int] = field(default_factory=list)  # the processes forked for it (session ids)
 
     def results(self, out_dir: Path) -> dict[int, dict]:
         """The JSON each rank wrote to ``out_dir/rank<N>.json``."""
@@ -79,8 +106,9 @@ def torchrun(
 
 
 def every_rank_results(script: str, world: int, out: Path, timeout: float = 180) -> dict[int, dict]:
-    """Run a worker script under torchrun; the JSON results of every rank, which must all exit 0."""
-    run = torchrun(script, world, str(out), timeout=timeout)
+    """Run a worker script in ``world`` processes with torchrun's variables; the JSON results
+    of every rank, which must all exit 0."""
+    run = torchrun_like(script, world, str(out), timeout=timeout)
     assert run.returncode == 0, run.output
     found = run.results(out)
     assert sorted(found) == list(range(world)), run.output
@@ -139,6 +167,39 @@ def bare_processes(script: str, nproc: int, *args: str, timeout: float = 120) ->
     )
 
 
+def torchrun_like(
+    script: str | Path, nproc: int, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+) -> Run:
+    """Run ``script`` in ``nproc`` forked processes with the variables torchrun gives its
+    workers (one node, first attempt; rank 0 serves the store), their output in one stream
+    as torchrun's is. For scripts whose test is not about torchrun itself."""
+    path = Path(script)
+    if not path.is_absolute():
+        path = WORKERS / path
+    port = str(free_port())
+    return processes(
+        str(path),
+        nproc,
+        *args,
+        timeout=timeout,
+        shared_output=True,
+        env_of=lambda rank: {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GROUP_RANK": "0",
+            "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            **(env or {}),
+        },
+    )
+
+
 def processes(
     script: str,
     count: int,
@@ -146,35 +207,65 @@ def processes(
     timeout: float,
     env_of: Callable[[int], dict[str, str]],
     ranks: list[int] | None = None,
+    shared_output: bool = False,
 ) -> Run:
-    """Run ``count`` copies of a worker script (or only ``ranks`` of them), each in its own
-    session, all bounded by ``timeout`` and killed afterwards. The return code is the one
-    farthest from 0."""
-    started = range(count) if ranks is None else ranks
-    procs = [_start([sys.executable, str(WORKERS / script), *args], env_of(rank)) for rank in started]
-    deadline = time.monotonic() + timeout
-    outputs, codes = [], []
-    for proc in procs:
-        try:
-            output, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_session(proc.pid)
-            output = f"TIMED OUT after {timeout}s\n" + (proc.communicate()[0] or "")
-        outputs.append(output or "")
-        codes.append(proc.returncode if proc.returncode is not None else -9)
-    for proc in procs:
-        _kill_session(proc.pid)
-    return Run(max(codes, key=abs), "\n".join(outputs))
+    """Run ``count`` copies of a worker script (or only ``ranks`` of them), each forked in a
+    session of its own, all bounded by ``timeout`` and killed afterwards. The return code
+    is the one farthest from 0. The output is each process's in turn, or, with
+    ``shared_output``, one stream all of them wrote to."""
+    started = list(range(count) if ranks is None else ranks)
+    clean = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    with tempfile.TemporaryDirectory(prefix="gangmesh-job-") as folder:
+        logs = [Path(folder) / ("all.log" if shared_output else f"rank{rank}.log") for rank in started]
+        server = fork_server()
+        pids = [
+            server.spawn(
+                Job(
+                    target=str(WORKERS / script),
+                    argv=list(args),
+                    env={**clean, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env_of(rank)},
+                    cwd=os.getcwd(),
+                    output=str(log),
+                )
+            )
+            for rank, log in zip(started, logs, strict=True)
+        ]
+        deadline = time.monotonic() + timeout
+        codes: list[int | None] = [server.wait(pid, max(0.1, deadline - time.monotonic())) for pid in pids]
+        for pid in pids:
+            server.kill_session(pid)
+        for pid in pids:
+            server.reap(pid)
+        output = "\n".join(log.read_text(errors="replace") for log in dict.fromkeys(logs) if log.exists())
+    if None in codes:
+        output = f"TIMED OUT after {timeout}s\n{output}"
+    final = [-9 if code is None else code for code in codes]
+    return Run(max(final, key=abs), output, pids)
 
 
-def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    launcher_vars = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    clean = {k: v for k, v in os.environ.items() if k not in launcher_vars}
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**clean, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env},
-        start_new_session=True,
-    )
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+
+
+def fork_server() -> ForkServer:
+    """The fork server of this test session (started on first use, replaced if it died)."""
+    global _server
+    with _server_lock:
+        if _server is None or not _server.alive:
+            if _server is not None:
+                _server.close()
+            env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+            env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+            _server = ForkServer(PRELOAD, env=env, cwd=REPO)
+            atexit.register(_server.close)
+        return _server
+
+
+def sessions_alive(pids: list[int]) -> list[int]:
+    """Processes still running in the sessions of ``pids`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[4]) in pids:
+                found.append(int(stat.parent.name))
+    return found

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.dist.launch import REPO, Run, free_port, run_command, torchrun
+from tests.dist.launch import REPO, Run, free_port, run_command, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -92,7 +92,7 @@ def test_a_crashed_job_restarted_by_torchrun_resumes_from_its_last_checkpoint(tm
 def hsdp_checkpoint(tmp_path_factory):
     """A folder with the checkpoints of 4 steps of HSDP 2x2 on 4 processes."""
     folder = tmp_path_factory.mktemp("hsdp")
-    run = torchrun(SCRIPT, 4, "--layout", "hsdp", "--steps", "4", "--every", "2", "--dir", str(folder), timeout=300)  # fmt: skip
+    run = torchrun_like(SCRIPT, 4, "--layout", "hsdp", "--steps", "4", "--every", "2", "--dir", str(folder), timeout=300)  # fmt: skip
     assert run.returncode == 0, run.output
     found = attempts(run.output)
     assert found[0].steps == [0, 1, 2, 3], run.output
@@ -111,7 +111,7 @@ def test_b_an_hsdp_checkpoint_resumes_on_another_layout(
 ):
     folder = tmp_path / "checkpoints"
     shutil.copytree(hsdp_checkpoint, folder)
-    run = torchrun(SCRIPT, nproc, "--layout", layout, "--steps", "6", "--every", "2", "--dir", str(folder), timeout=300)  # fmt: skip
+    run = torchrun_like(SCRIPT, nproc, "--layout", layout, "--steps", "6", "--every", "2", "--dir", str(folder), timeout=300)  # fmt: skip
     assert run.returncode == 0, run.output
     found = attempts(run.output)
     assert sorted(found) == [0], run.output

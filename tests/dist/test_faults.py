@@ -2,25 +2,41 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from tests.dist.launch import bare_processes
+from tests.dist.launch import bare_processes, sessions_alive
 from tests.dist.test_check import processes_mentioning
 
 pytestmark = pytest.mark.dist
 
 TIMEOUT_S = 5.0
+MODES = ("absent", "sigkill", "monitored", "monitored_mesh")
 
 
-def run_fault(tmp_path, mode: str):
-    out = tmp_path / mode
-    run = bare_processes("faults.py", 4, str(out), mode, timeout=120)
-    assert processes_mentioning(str(out)) == [], "a process was left behind"
-    return run, run.results(out)
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """Every mode's job, launched at the same time: most of each is waiting out a timeout."""
+    folder = tmp_path_factory.mktemp("faults")
+    with ThreadPoolExecutor(len(MODES)) as pool:
+        runs = {mode: pool.submit(bare_processes, "faults.py", 4, str(folder / mode), mode, timeout=120) for mode in MODES}
+    return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
 
 
-def test_a_peer_that_never_enters_a_sub_gang_all_reduce(tmp_path):
-    run, results = run_fault(tmp_path, "absent")
+@pytest.fixture
+def run_fault(launched):
+    def run_fault(mode: str):
+        run, out = launched[mode]
+        assert processes_mentioning(str(out)) == [], "a process was left behind"
+        assert sessions_alive(run.pids) == [], "a process was left behind"
+        return run, run.results(out)
+
+    return run_fault
+
+
+def test_a_peer_that_never_enters_a_sub_gang_all_reduce(run_fault):
+    run, results = run_fault("absent")
     assert run.returncode == 0, run.output
     for rank, local in ((1, 0), (2, 1)):
         got = results[rank]
@@ -33,8 +49,8 @@ def test_a_peer_that_never_enters_a_sub_gang_all_reduce(tmp_path):
     assert "error" not in results[0] and "error" not in results[3]
 
 
-def test_a_peer_killed_mid_loop(tmp_path):
-    run, results = run_fault(tmp_path, "sigkill")
+def test_a_peer_killed_mid_loop(run_fault):
+    run, results = run_fault("sigkill")
     assert run.returncode == -9, "only the killed process fails"
     killed_at = results[2]["killed_at"]
     for rank in (0, 1, 3):
@@ -44,8 +60,8 @@ def test_a_peer_killed_mid_loop(tmp_path):
         assert got["closed_twice"] is True
 
 
-def test_a_monitored_barrier_names_every_absent_rank(tmp_path):
-    run, results = run_fault(tmp_path, "monitored")
+def test_a_monitored_barrier_names_every_absent_rank(run_fault):
+    run, results = run_fault("monitored")
     assert run.returncode == 0, run.output
     error = results[0]["error"]
     assert error.startswith("barrier failed on gang 'root' (size 4, rank 0, global rank 0)")
@@ -57,8 +73,8 @@ def test_a_monitored_barrier_names_every_absent_rank(tmp_path):
     ), "rank 1 arrived but hears of the failure too"
 
 
-def test_a_monitored_barrier_on_a_mesh_gang_names_the_absent_rank(tmp_path):
-    run, results = run_fault(tmp_path, "monitored_mesh")
+def test_a_monitored_barrier_on_a_mesh_gang_names_the_absent_rank(run_fault):
+    run, results = run_fault("monitored_mesh")
     assert run.returncode == 0, run.output
     error = results[2]["error"]
     assert error.startswith("barrier failed on gang 'tp' (size 2, rank 0, global rank 2)")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.dist.launch import REPO, slurm_like, torchrun
+from tests.dist.launch import REPO, slurm_like, torchrun, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -33,14 +33,14 @@ def test_setup_root_gang_reads_the_launcher(tmp_path, launcher):
 
 
 def test_seed_all_reduce_example_prints_the_sums():
-    run = torchrun(REPO / "docs/examples/all_reduce.py", 4)
+    run = torchrun_like(REPO / "docs/examples/all_reduce.py", 4)
     assert run.returncode == 0, run.output
     lines = sorted(re.findall(r"Rank (\d): Tensor after all_reduce = ([\d.]+)", run.output))
     assert lines == [(str(r), "10.0") for r in range(4)]
 
 
 def test_seed_parallel_gangs_example_prints_dp_and_tp_ranks():
-    run = torchrun(REPO / "docs/examples/parallel_gangs.py", 4)
+    run = torchrun_like(REPO / "docs/examples/parallel_gangs.py", 4)
     assert run.returncode == 0, run.output
     for rank in range(4):
         assert f"Rank {rank}: Data Parallel Rank: {rank // 2}" in run.output

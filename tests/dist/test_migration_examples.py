@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dist.launch import REPO, torchrun
+from tests.dist.launch import REPO, torchrun, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -19,8 +19,11 @@ MIGRATION = REPO / "docs/examples/migration"
 FAIRSEQ2 = "0.8.1"
 
 
-def printed(script: str, nproc: int, pythonpath: str = str(REPO)) -> list[str]:
-    run = torchrun(MIGRATION / script, nproc, env={"PYTHONPATH": pythonpath})
+def printed(script: str, nproc: int, pythonpath: str | None = None) -> list[str]:
+    if pythonpath is None:
+        run = torchrun_like(MIGRATION / script, nproc)
+    else:  # another package path: a new interpreter
+        run = torchrun(MIGRATION / script, nproc, env={"PYTHONPATH": pythonpath})
     assert run.returncode == 0, run.output
     # Ranks share one stdout, so a line may be interleaved with another rank's: find records.
     return sorted(re.findall(r"(rank \d+: .*?)(?=rank \d+: |\n|$)", run.output))

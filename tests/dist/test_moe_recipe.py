@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.dist.launch import REPO, torchrun
+from tests.dist.launch import REPO, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -43,7 +43,7 @@ ERROR = r"rel\. error ([\d.e+-]+)"
 @pytest.mark.parametrize("name", list(RUNS))
 def test_moe_recipe_matches_one_process(name):
     nproc, flags, layout = RUNS[name]
-    run = torchrun(REPO / "docs/examples/moe_ep.py", nproc, *flags, timeout=360)
+    run = torchrun_like(REPO / "docs/examples/moe_ep.py", nproc, *flags, timeout=360)
     assert run.returncode == 0, run.output
     assert layout in run.output, run.output
     steps = re.findall(

@@ -178,3 +178,107 @@ def test_the_docs_examples_pass_in_a_project_of_their_own(pytester: pytest.Pytes
         shutil.copy(EXAMPLES / name, pytester.path / name)
     result = pytester.runpytest("-p", "no:cacheprovider", "test_batch_slicing.py")
     result.assert_outcomes(passed=2)
+
+
+@needs_proc
+def test_a_test_that_breaks_its_world_does_not_reach_the_next(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    before = children_of(os.getpid())
+    recorder = run_inline(
+        pytester,
+        f"""
+        import os
+        import signal
+        import threading
+        from pathlib import Path
+
+        import pytest
+        import torch
+        import torch.distributed as dist
+        import gangmesh as gm
+
+        OUT = Path({str(tmp_path)!r})
+
+        def note(test):
+            (OUT / f"{{test}}-rank{{os.environ['RANK']}}").write_text(f"{{os.getpid()}} {{os.getppid()}}")
+
+        def summed(gang):
+            total = torch.tensor(float(gang.rank + 1))
+            gang.all_reduce(total, gm.ReduceOperation.SUM)
+            return total.item()
+
+        @pytest.mark.gangmesh_world(2)
+        def test_1_leaves_groups_behind():
+            note("1")
+            root = gm.setup_root_gang()
+            gm.create_gangs(root, tp=2).tp.barrier()  # never closed, nor is the default group
+            dist.new_group([0, 1])
+
+        @pytest.mark.gangmesh_world(2, timeout=60)
+        def test_2_kills_a_rank(root_gang):
+            note("2")
+            if root_gang.rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            root_gang.barrier()
+            threading.Event().wait()
+
+        @pytest.mark.gangmesh_world(2, timeout=20)
+        def test_3_hangs_a_collective(root_gang):
+            note("3")
+            if root_gang.rank == 0:
+                summed(root_gang)  # rank 1 never joins
+            threading.Event().wait()
+
+        @pytest.mark.gangmesh_world(2)
+        def test_4_starts_clean():
+            note("4")
+            assert not dist.is_initialized()
+            root = gm.setup_root_gang()
+            assert summed(root) == 3.0
+            assert summed(gm.create_gangs(root, tp=2).tp) == 3.0
+            root.close()
+
+        @pytest.mark.gangmesh_world(2)
+        def test_5_root_gang_still_works(root_gang):
+            note("5")
+            assert dist.get_world_size() == 2
+            assert summed(root_gang) == 3.0
+        """,
+    )
+    recorder.assertoutcome(passed=3, failed=2)
+    killed = report_of(recorder, "test_2_kills_a_rank").longreprtext
+    assert "rank 1 of 2: exited with code -9 before the test finished" in killed.splitlines(), killed
+    hung = report_of(recorder, "test_3_hangs_a_collective").longreprtext
+    assert hung.splitlines()[0] == "timed out after 20 s: ranks 0, 1 of 2 did not finish", hung
+    notes = {p.name: [int(n) for n in p.read_text().split()] for p in tmp_path.iterdir()}
+    assert sorted(notes) == [f"{test}-rank{rank}" for test in "12345" for rank in (0, 1)]
+    pids = [pid for pid, _ in notes.values()]
+    assert len(set(pids)) == 10, "every test ran in processes of its own"
+    parents = {parent for _, parent in notes.values()}
+    assert len(parents) == 1 and os.getpid() not in parents, "forked from one warm interpreter"
+    assert all(has_ended(pid) for pid in pids + list(parents))
+    assert children_of(os.getpid()) <= before
+
+
+def test_fresh_ranks_run_the_same_tests_as_new_interpreters(pytester: pytest.Pytester, tmp_path: Path):
+    pytester.makepyfile(
+        test_user=f"""
+        import os
+        from pathlib import Path
+
+        import pytest
+        import torch
+        import gangmesh as gm
+
+        @pytest.mark.gangmesh_world(2)
+        def test_sum(root_gang):
+            Path({str(tmp_path)!r}, f"rank{{root_gang.rank}}").write_text(str(os.getppid()))
+            total = torch.tensor(float(root_gang.rank + 1))
+            root_gang.all_reduce(total, gm.ReduceOperation.SUM)
+            assert total.item() == 3.0
+        """
+    )
+    recorder = pytester.inline_run("-p", "no:cacheprovider", "--gangmesh-fresh-ranks")
+    recorder.assertoutcome(passed=1)
+    assert {p.read_text() for p in tmp_path.iterdir()} == {str(os.getpid())}

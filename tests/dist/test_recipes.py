@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 
-from tests.dist.launch import REPO, run_command, torchrun
+from tests.dist.launch import REPO, processes, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -22,7 +21,7 @@ RECIPES = {
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe_matches_one_process_and_shards(name):
     script, nproc, args, banner, shard = RECIPES[name]
-    run = torchrun(REPO / "docs/examples" / script, nproc, *args, timeout=300)
+    run = torchrun_like(REPO / "docs/examples" / script, nproc, *args, timeout=300)
     assert run.returncode == 0, run.output
     assert banner in run.output
     assert f"blocks[0].up.weight: local shard {shard}" in run.output
@@ -34,7 +33,7 @@ def test_recipe_matches_one_process_and_shards(name):
 
 @pytest.mark.parametrize("script", ["hsdp.py", "tp_fsdp.py"])
 def test_one_process_without_torchrun_runs_the_same_code_on_a_real_mesh(script):
-    run = run_command([sys.executable, str(REPO / "docs/examples" / script)], timeout=180)
+    run = processes(str(REPO / "docs/examples" / script), 1, timeout=180, env_of=lambda rank: {})
     assert run.returncode == 0, run.output
     assert "running as a job of one process" in run.output
     # FSDP2 made the weight a DTensor over a one-process mesh: the shard is the whole weight.

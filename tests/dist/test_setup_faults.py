@@ -2,26 +2,48 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from tests.dist.launch import bare_processes, slurm_like
+from tests.dist.launch import bare_processes, sessions_alive, slurm_like
 from tests.dist.test_check import processes_mentioning
 
 pytestmark = pytest.mark.dist
 
 TIMEOUT_S = 5.0
+MODES = ("mismatch", "invalid", "absent", "absent0", "again")
 
 
-def run_setup_fault(tmp_path, mode: str):
-    out = tmp_path / mode
-    run = bare_processes("setup_faults.py", 4, str(out), mode, timeout=120)
-    assert processes_mentioning(str(out)) == [], "a process was left behind"
-    assert run.returncode == 0, run.output
-    return run.results(out)
+def lonely(out):
+    # Rank 1 of 2 alone under SLURM's variables: rank 0, which would serve the store, never starts.
+    return slurm_like("setup_faults.py", 2, str(out), "lonely", timeout=60, ranks=[1])
 
 
-def test_a_different_layout_on_one_rank_is_named_on_every_rank_at_once(tmp_path):
-    results = run_setup_fault(tmp_path, "mismatch")
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """Every mode's job, launched at the same time: several wait out a timeout."""
+    folder = tmp_path_factory.mktemp("setup_faults")
+    with ThreadPoolExecutor(len(MODES) + 1) as pool:
+        runs = {mode: pool.submit(bare_processes, "setup_faults.py", 4, str(folder / mode), mode, timeout=120) for mode in MODES}
+        runs["lonely"] = pool.submit(lonely, folder / "lonely")
+    return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
+
+
+@pytest.fixture
+def run_setup_fault(launched):
+    def run_setup_fault(mode: str):
+        run, out = launched[mode]
+        assert processes_mentioning(str(out)) == [], "a process was left behind"
+        assert sessions_alive(run.pids) == [], "a process was left behind"
+        assert run.returncode == 0, run.output
+        return run.results(out)
+
+    return run_setup_fault
+
+
+def test_a_different_layout_on_one_rank_is_named_on_every_rank_at_once(run_setup_fault):
+    results = run_setup_fault("mismatch")
     for me in range(4):
         got = results[me]
         assert got["kind"] == "ValueError"
@@ -31,8 +53,8 @@ def test_a_different_layout_on_one_rank_is_named_on_every_rank_at_once(tmp_path)
         assert got["seconds"] < TIMEOUT_S, "named at once, not after the timeout"
 
 
-def test_an_invalid_layout_on_one_rank_fails_there_and_is_named_elsewhere(tmp_path):
-    results = run_setup_fault(tmp_path, "invalid")
+def test_an_invalid_layout_on_one_rank_fails_there_and_is_named_elsewhere(run_setup_fault):
+    results = run_setup_fault("invalid")
     assert results[1]["error"].startswith("tp: tp=3 does not divide world_size 4")
     for me in (0, 2, 3):
         assert "ranks [1] asked for" in results[me]["error"] and "tp=3" in results[me]["error"]
@@ -40,8 +62,8 @@ def test_an_invalid_layout_on_one_rank_fails_there_and_is_named_elsewhere(tmp_pa
 
 
 @pytest.mark.parametrize(("mode", "absent"), [("absent", 3), ("absent0", 0)])
-def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(tmp_path, mode, absent):
-    results = run_setup_fault(tmp_path, mode)
+def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(run_setup_fault, mode, absent):
+    results = run_setup_fault(mode)
     for me in range(4):
         if me == absent:
             assert "error" not in results[me]
@@ -54,16 +76,15 @@ def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(tmp_path, m
         assert TIMEOUT_S <= got["seconds"] < TIMEOUT_S + 5
 
 
-def test_setting_up_again_after_close_works(tmp_path):
-    results = run_setup_fault(tmp_path, "again")
+def test_setting_up_again_after_close_works(run_setup_fault):
+    results = run_setup_fault("again")
     assert [results[me].get("sum") for me in range(4)] == [2.0] * 4
 
 
-def test_a_store_that_never_answers_fails_within_the_timeout(tmp_path):
-    # Rank 1 of 2 alone under SLURM's variables: rank 0, which would serve the store, never starts.
-    run = slurm_like("setup_faults.py", 2, str(tmp_path), "lonely", timeout=60, ranks=[1])
+def test_a_store_that_never_answers_fails_within_the_timeout(launched):
+    run, out = launched["lonely"]
     assert run.returncode == 0, run.output
-    got = run.results(tmp_path)[1]
+    got = run.results(out)[1]
     assert got["kind"] == "GangError"
     assert got["error"].startswith("rank 1: the job's store at 127.0.0.1:")
     assert "served by rank 0, did not answer within the timeout" in got["error"]
