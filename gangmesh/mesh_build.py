@@ -104,16 +104,19 @@ def _gangs(
     with ``timeout``."""
     backend = dist.get_backend(root.as_process_group())
     rank = root.rank
-    pool = {tuple(dist.get_process_group_ranks(group)): group for group in lent.values()}
+    pool = {tuple(sorted(dist.get_process_group_ranks(g))): g for g in lent.values()}
     if timeout == root.timeout:
         pool.setdefault(tuple(range(root.size)), root.as_process_group())
     built = Built({})
     try:
         for name in BUILT_NAMES:
-            ranks = tuple(plan.group_of(rank, name))
-            if len(ranks) == 1:
+            members = plan.group_of(rank, name)
+            if len(members) == 1:
                 built.gangs[name] = FakeGang(root.device)
                 continue
+            # Groups number their members ascending; the gang numbers them as the plan does
+            # (a flattened expert dimension at ep = 1 may not ascend under another order).
+            ranks = tuple(sorted(members))
             group = pool.get(ranks)
             if group is not None:
                 actual = _c10d.group_timeout(group, root.device) or timeout
@@ -127,6 +130,7 @@ def _gangs(
                 name=name,
                 monitored=root.monitored,
                 high_priority=root.high_priority,
+                members=members,
             )
     except (RuntimeError, ValueError) as ex:
         release(built)

@@ -104,10 +104,13 @@ def build_meshes(
         names, axes = mesh_dims(view, flattened)
         ranks = torch.from_numpy(view.grid()).to(torch.int)
         shape = tuple(plan.size_of(name) for name in names)
+        layout = ranks.permute(axes).reshape(shape)
+        if flattened and flattened in names:  # members ascend, as in the merged dim's group
+            layout = layout.sort(dim=names.index(flattened)).values
         meshes[mesh_name] = DeviceMesh.from_group(
             [group(name) for name in names],
             device_type,
-            mesh=ranks.permute(axes).reshape(shape),
+            mesh=layout,
             mesh_dim_names=names,
         )
     return meshes

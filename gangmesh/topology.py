@@ -276,7 +276,9 @@ class MeshTopology:
         """Every group along ``dim``: an int64 array ``[n_groups, group_size]``.
 
         Row i is the i-th group in row-major order of the other dimensions;
-        within a row, ranks follow the coordinate along ``dim``.
+        within a row, ranks follow the coordinate along ``dim`` (ascending, as in
+        every process group; a view that reorders the dense dimensions lists the
+        members of several dimensions ascending too).
 
         :param dim: a dimension name or alias, or a tuple of dimension names.
         """
@@ -284,7 +286,7 @@ class MeshTopology:
         inner = [view.names.index(name) for name in names]
         outer = [i for i in range(len(view.names)) if i not in inner]
         groups: np.ndarray = view.grid().transpose(outer + inner).reshape(-1, self.size_of(dim))
-        return groups
+        return np.sort(groups, axis=1) if _reordered(view, names) else groups
 
     def group_of(self, rank: int, dim: str | tuple[str, ...]) -> list[int]:
         """The group along ``dim`` that holds ``rank``, in O(number of dims) work.
@@ -301,7 +303,8 @@ class MeshTopology:
         for name in names:
             steps = np.arange(view.size(name), dtype=np.int64) * view.stride(name)
             offsets = (offsets[:, None] + steps[None, :]).reshape(-1)
-        return view.ranks(base + offsets).tolist()  # type: ignore[no-any-return]
+        members = view.ranks(base + offsets)
+        return (np.sort(members) if _reordered(view, names) else members).tolist()  # type: ignore[no-any-return]
 
     def rank_in(self, rank: int, dim: str | tuple[str, ...]) -> int:
         """The rank of process ``rank`` inside its group along ``dim``.
@@ -311,6 +314,8 @@ class MeshTopology:
         """
         rank = self._check_rank(rank)
         view, names = self._view_of(dim)
+        if _reordered(view, names):
+            return self.group_of(rank, dim).index(rank)
         coordinate = _coordinate(view, _position(view, rank))
         index = 0
         for name in names:
@@ -401,6 +406,12 @@ class MeshTopology:
         if not 0 <= value < self._world_size:
             raise ValueError(f"rank: expected a rank in [0, {self._world_size}), got {value}")
         return value
+
+
+def _reordered(view: View, names: tuple[str, ...]) -> bool:
+    """Whether groups over ``names`` may list ranks out of order: several dimensions of a
+    view that reorders the dense dimensions (the expert view at ep = 1, another order)."""
+    return bool(view.axes) and len(names) > 1
 
 
 def _position(view: View, rank: int) -> int:

@@ -79,8 +79,7 @@ BLOCK_PLAN = {
 def fsdp_and_tp_meshes(gangs: gm.Gangs) -> tuple[DeviceMesh, DeviceMesh]:
     """The mesh FSDP2 replicates over (dp_replicate) and shards over (dp_shard x cp), and the
     tensor-parallel mesh: slices of one root mesh, as FSDP2 requires of the two."""
-    mesh = gangs.mesh
-    assert mesh is not None  # None only for fake gangs
+    mesh = gangs.meshes["dp_shard_cp"]  # pp, dp_replicate, dp_shard_cp, tp
     return mesh["dp_replicate", "dp_shard_cp"], mesh["tp"]
 
 

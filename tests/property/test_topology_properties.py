@@ -77,9 +77,13 @@ def test_groups_equal_an_independent_coordinate_formula(plan, dim):
         found.setdefault(tuple(c[d] for d in fixed), []).append(rank)
     assert sorted(map(sorted, found.values())) == sorted(map(sorted, plan.groups(dim).tolist()))
     inner = [d for d in view if d in dims]
+    # A view that reorders the dense dims (the expert view at ep = 1) lists several dims ascending.
+    reordered = len(inner) > 1 and bool(plan.view(expert=view != list(plan.order)).axes)
     for group in plan.groups(dim).tolist():
         along = [tuple(coords[r][d] for d in inner) for r in group]
-        assert along == sorted(along), "flattened and single dims enumerate in mesh order"
+        assert (group if reordered else along) == sorted(group if reordered else along), (
+            "groups enumerate in mesh order"
+        )
 
 
 @given(layouts_and_ranks(max_world_size=2**16, orders=True))
