@@ -61,7 +61,8 @@ def global_batch(step: int, device: torch.device) -> tuple[Tensor, Tensor]:
     """(inputs, targets) of the whole job at ``step``: next-token prediction."""
     generator = torch.Generator().manual_seed(1000 + step)
     tokens = torch.randint(0, VOCAB, (GLOBAL_BATCH, SEQ + 1), generator=generator)
-    return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+    # Contiguous: pipeline stages check the strides of their inputs (torch 2.11 strictly).
+    return tokens[:, :-1].contiguous().to(device), tokens[:, 1:].contiguous().to(device)
 
 
 def local_slice(tensor: Tensor, index: int, count: int) -> Tensor:
