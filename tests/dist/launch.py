@@ -168,11 +168,17 @@ def bare_processes(script: str, nproc: int, *args: str, timeout: float = 120) ->
 
 
 def torchrun_like(
-    script: str | Path, nproc: int, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+    script: str | Path,
+    nproc: int,
+    *args: str,
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
+    path0: str | None = None,
 ) -> Run:
     """Run ``script`` in ``nproc`` forked processes with the variables torchrun gives its
     workers (one node, first attempt; rank 0 serves the store), their output in one stream
-    as torchrun's is. For scripts whose test is not about torchrun itself."""
+    as torchrun's is. For scripts whose test is not about torchrun itself. ``path0``: the
+    first folder of ``sys.path`` (default: the script's)."""
     path = Path(script)
     if not path.is_absolute():
         path = WORKERS / path
@@ -183,6 +189,7 @@ def torchrun_like(
         *args,
         timeout=timeout,
         shared_output=True,
+        path0=path0,
         env_of=lambda rank: {
             "RANK": str(rank),
             "WORLD_SIZE": str(nproc),
@@ -208,6 +215,7 @@ def processes(
     env_of: Callable[[int], dict[str, str]],
     ranks: list[int] | None = None,
     shared_output: bool = False,
+    path0: str | None = None,
 ) -> Run:
     """Run ``count`` copies of a worker script (or only ``ranks`` of them), each forked in a
     session of its own, all bounded by ``timeout`` and killed afterwards. The return code
@@ -226,6 +234,7 @@ def processes(
                     env={**clean, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env_of(rank)},
                     cwd=os.getcwd(),
                     output=str(log),
+                    path0=path0,
                 )
             )
             for rank, log in zip(started, logs, strict=True)

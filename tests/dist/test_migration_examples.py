@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dist.launch import REPO, torchrun, torchrun_like
+from tests.dist.launch import REPO, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -19,11 +19,9 @@ MIGRATION = REPO / "docs/examples/migration"
 FAIRSEQ2 = "0.8.1"
 
 
-def printed(script: str, nproc: int, pythonpath: str | None = None) -> list[str]:
-    if pythonpath is None:
-        run = torchrun_like(MIGRATION / script, nproc)
-    else:  # another package path: a new interpreter
-        run = torchrun(MIGRATION / script, nproc, env={"PYTHONPATH": pythonpath})
+def printed(script: str, nproc: int, packages: Path | None = None) -> list[str]:
+    """What the ranks of ``script`` print, sorted; ``packages``: a folder searched first for imports."""
+    run = torchrun_like(MIGRATION / script, nproc, path0=None if packages is None else str(packages))
     assert run.returncode == 0, run.output
     # Ranks share one stdout, so a line may be interleaved with another rank's: find records.
     return sorted(re.findall(r"(rank \d+: .*?)(?=rank \d+: |\n|$)", run.output))
@@ -54,7 +52,7 @@ def fairseq2_site(tmp_path_factory) -> Path:
 
 
 def test_the_fairseq2_column_prints_what_fairseq2_0_8_1_prints(fairseq2_site):
-    assert printed("fairseq2_side.py", 8, str(fairseq2_site)) == expected("fairseq2_output.txt")
+    assert printed("fairseq2_side.py", 8, fairseq2_site) == expected("fairseq2_output.txt")
 
 
 def test_the_same_code_on_gangmesh_prints_what_the_page_shows():
