@@ -1,14 +1,16 @@
-"""Per-test cost of the pytest plugin's ``gangmesh_world(4)``: ranks forked from a warm
-interpreter (the default) against ranks started as new interpreters, in the same run.
+"""Per-test cost of the pytest plugin's ``gangmesh_world(4)``: a pooled world of ranks
+forked from a warm interpreter (the default) against ranks started as new interpreters
+for every test, in the same run.
 
     python -m benchmarks.world_bench [--tests 8] [--repeats 1] [--json F]
 
 Each sample is a pytest session, in a temporary directory, of a file of N tests marked
 ``gangmesh_world(4)`` that all-reduce over ``root_gang``; the modes take turns. The
 per-test cost is (session with N tests - session with 1 test) / (N - 1), which leaves
-out what a session pays once (pytest's start, the fork server's ``import torch``); the
-first-test column is the session with 1 test. Baseline: ``--gangmesh-fresh-ranks``,
-where every rank is a new ``python -m pytest`` process (the plugin before reuse).
+out what a session pays once (pytest's start, the fork server's ``import torch``, the
+pooled world's start); the first-test column is the session with 1 test. Baseline:
+``--gangmesh-fresh-ranks``, where every rank of every test is a new ``python -m pytest``
+process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.report import json_argument, median, print_table, write_json
 
-TITLE = "gangmesh_world(4): seconds per test, forked ranks vs new interpreters"
+TITLE = "gangmesh_world(4): seconds per test, a pooled world vs new interpreters"
 TEST = """
 @pytest.mark.gangmesh_world(4)
 def test_sum_{index}(root_gang):
@@ -30,7 +32,7 @@ def test_sum_{index}(root_gang):
     root_gang.all_reduce(total, gm.ReduceOperation.SUM)
     assert total.item() == 6.0
 """
-MODES = {"new interpreters (baseline)": ["--gangmesh-fresh-ranks"], "forked from a warm one": []}
+MODES = {"new interpreters (baseline)": ["--gangmesh-fresh-ranks"], "pooled world": []}
 
 
 def write_tests(folder: Path, count: int) -> Path:

@@ -50,11 +50,13 @@ def install_exit_teardown() -> None:
     """
     global _exit_teardown_installed
     if not _exit_teardown_installed:
-        atexit.register(_teardown_at_exit)
+        atexit.register(shut_everything_down)
         _exit_teardown_installed = True
 
 
-def _teardown_at_exit() -> None:
+def shut_everything_down() -> None:
+    """Destroy every process group and make every gang and Gangs drop its own; what runs
+    at exit, and between two tests that share processes."""
     if dist.is_available() and dist.is_initialized():
         try:
             dist.destroy_process_group()

@@ -47,14 +47,18 @@ through a file store in a private temporary folder; its collectives time out aft
 processes only, never in the process that reports; skip and xfail marks apply to the
 test as a whole.
 
-The ranks are forked from a warm interpreter that the session starts once, with torch
-already imported (``gangmesh.testing.forkserver``): each test still gets new
-processes, none of which ran another test, so a test that leaves a process group behind,
-kills a rank or hangs a collective cannot touch the next one, and a world costs a fork
-per rank instead of an interpreter start and ``import torch``. ``--gangmesh-fresh-ranks``
-starts each rank as a new interpreter instead. What the forked processes skip is the C++
-teardown of a new interpreter's exit (atexit hooks do run): a test of what happens at
-interpreter exit needs processes of its own.
+The ranks run in a pool of long-lived worlds, one per size (``gangmesh.testing.pool``),
+forked from a warm interpreter that already imported torch: a world collects the tests
+of its size once and then runs one test after another, each with a process group of its
+own, for the cost of the test's own work. After each test every rank shuts
+torch.distributed down; a world whose test left anything behind (a group some object
+still holds, a thread, a process), or in which a rank failed to finish, crashed or was
+killed, is ended with everything its ranks started, and the next test gets a new one:
+a test that leaves a group behind, kills a rank or hangs a collective never reaches the
+next test. Module-level state of test files lives as long as the world, as in any
+pytest session. ``--gangmesh-fresh-ranks`` starts each rank of each test as a new
+interpreter instead; a test of what happens at interpreter exit, or one that must own
+its processes, belongs in processes of its own.
 
 ``timeout`` (seconds, default 120) bounds the whole run, process start included. When
 it expires, the ranks still running are killed with every process they started, and the
@@ -66,26 +70,24 @@ outlives the test. The marker needs a POSIX system.
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import json
 import math
 import os
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gangmesh.testing.outcome import WorldFailed, report_outcomes
+from gangmesh.testing.rank import PooledRank, RankReporter
 from gangmesh.testing.world import (
-    DUMP_AHEAD,
     FAILURE_GRACE,
+    POOL_VARIABLE,
     WORLD_VARIABLE,
     World,
-    WorldFailed,
     rank_server,
-    report_outcomes,
     run_world,
+    target_of,
 )
 
 if TYPE_CHECKING:
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
     from gangmesh.gang import Gang
     from gangmesh.gangs import Gangs
     from gangmesh.testing.forkserver import ForkServer
+    from gangmesh.testing.pool import WorldPool
 
 __all__ = ["DEFAULT_TIMEOUT", "FAILURE_GRACE", "MARKER", "SimulatedGangs", "WorldFailed"]
 
@@ -103,8 +106,11 @@ MARKER = "gangmesh_world"
 DEFAULT_TIMEOUT = 120.0
 """Seconds a ``gangmesh_world`` test may run, process start included, unless the marker says."""
 
-_CHILD_WORLD = pytest.StashKey[World | None]()
+_REPORTER = pytest.StashKey[RankReporter | None]()
+"""In a rank's process: its reporter, which knows the test being run."""
 _SERVER = pytest.StashKey["ForkServer | None"]()
+_POOL = pytest.StashKey["WorldPool | None"]()
+_TARGETS = pytest.StashKey[dict[int, list[str]]]()
 _FRESH_OPTION = "--gangmesh-fresh-ranks"
 
 
@@ -125,17 +131,29 @@ def pytest_configure(config: pytest.Config) -> None:
         "gloo world of n local processes (fixture root_gang: that world's root gang); "
         "see gangmesh.testing.plugin",
     )
-    raw = os.environ.pop(WORLD_VARIABLE, None)
-    world = World(**json.loads(raw)) if raw else None
-    config.stash[_CHILD_WORLD] = world
-    if world is not None:
-        config.pluginmanager.register(_RankReporter(world), "gangmesh-world-rank")
+    one_test, pooled = os.environ.pop(WORLD_VARIABLE, None), os.environ.pop(POOL_VARIABLE, None)
+    reporter = RankReporter() if one_test or pooled else None
+    config.stash[_REPORTER] = reporter
+    if reporter is not None:
+        config.pluginmanager.register(reporter, "gangmesh-world-rank")
+    if one_test:
+        assert reporter is not None
+        reporter.begin(World(**json.loads(one_test)))
+    if pooled:
+        assert reporter is not None
+        place = json.loads(pooled)
+        rank = PooledRank(reporter, place["control"], place["rank"])
+        config.pluginmanager.register(rank, "gangmesh-pooled-rank")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    reporter = config.pluginmanager.get_plugin("gangmesh-world-rank")
-    if isinstance(reporter, _RankReporter):
-        reporter.close()
+    reporter = config.stash.get(_REPORTER, None)
+    if reporter is not None:
+        reporter.end()
+    pool = config.stash.get(_POOL, None)
+    if pool is not None:
+        config.stash[_POOL] = None
+        pool.close()
     server = config.stash.get(_SERVER, None)
     if server is not None:
         config.stash[_SERVER] = None
@@ -192,7 +210,8 @@ def simulated_gangs() -> Iterator[SimulatedGangs]:
 @pytest.fixture
 def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
     """The root gang of the world of a test marked ``gangmesh_world(n)``, closed after it."""
-    world = request.config.stash.get(_CHILD_WORLD, None)
+    reporter = request.config.stash.get(_REPORTER, None)
+    world = None if reporter is None else reporter.world
     if world is None or request.node.nodeid != world.nodeid:
         pytest.fail(
             f"root_gang: only tests marked @pytest.mark.{MARKER}(n) have a root gang; "
@@ -218,63 +237,21 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
         gang.close()
 
 
-class _RankReporter:
-    """In a rank's process: writes the reports of the world's test where the parent reads them."""
-
-    def __init__(self, world: World) -> None:
-        self._world = world
-        self._phases: list[dict[str, Any]] = []
-        # Where this rank is, should it still run at the deadline: written just before.
-        self._stacks = open(world.stacks, "w")  # noqa: SIM115 - open until pytest_unconfigure
-        delay = world.deadline - time.monotonic() - DUMP_AHEAD
-        if delay > 0:
-            faulthandler.dump_traceback_later(delay, file=self._stacks)
-
-    def close(self) -> None:
-        faulthandler.cancel_dump_traceback_later()
-        self._stacks.close()
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid != self._world.nodeid:
-            return
-        self._phases.append(
-            {
-                "when": report.when,
-                "outcome": report.outcome,
-                "at": time.monotonic(),
-                "message": _message(report),
-                "text": report.longreprtext if report.failed else "",
-                "sections": [list(section) for section in report.sections] if report.failed else [],
-            }
-        )
-        path = Path(self._world.result)
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps({"phases": self._phases}))
-        os.replace(partial, path)
-
-
-def _message(report: pytest.TestReport) -> str:
-    """The one-line reason of a failed or skipped report (exception type and message)."""
-    longrepr = report.longrepr
-    if report.skipped and isinstance(longrepr, tuple):
-        return str(longrepr[2]).removeprefix("Skipped: ")
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None:
-        return str(crash.message)
-    lines = report.longreprtext.strip().splitlines()
-    return lines[-1] if lines else report.outcome
-
-
 # --- the gangmesh_world marker: in the process that reports ---------------------------------
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.stash.get(_CHILD_WORLD, None) is not None:
-        return  # a rank runs its test as it is
+    if config.stash.get(_REPORTER, None) is not None:
+        return  # a rank runs its tests as they are
+    targets: dict[int, list[str]] = {}
     for index, item in enumerate(items):
         if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
             items[index] = GangmeshWorldItem.from_function(item)
+            with contextlib.suppress(WorldFailed):  # its run reports the bad marker
+                size, _ = _marker_arguments(item.get_closest_marker(MARKER))
+                targets.setdefault(size, []).append(target_of(item))
+    config.stash[_TARGETS] = targets
 
 
 class GangmeshWorldItem(pytest.Item):
@@ -307,15 +284,26 @@ class GangmeshWorldItem(pytest.Item):
 
     def runtest(self) -> None:
         size, timeout = _marker_arguments(self.get_closest_marker(MARKER))
-        outcomes = run_world(self.config, self.function, size, timeout, _server(self.config))
+        if self.config.getoption(_FRESH_OPTION, False):
+            outcomes = run_world(self.config, self.function, size, timeout)
+        else:
+            outcomes = _pool(self.config).run(self.function, size, timeout)
         report_outcomes(outcomes, size, timeout)
 
 
-def _server(config: pytest.Config) -> ForkServer | None:
-    """The session's fork server (started on first use, replaced if it died), or None
-    under ``--gangmesh-fresh-ranks``."""
-    if config.getoption(_FRESH_OPTION, False):
-        return None
+def _pool(config: pytest.Config) -> WorldPool:
+    """The session's pool of worlds (made on first use)."""
+    pool = config.stash.get(_POOL, None)
+    if pool is None:
+        from gangmesh.testing.pool import WorldPool
+
+        targets = config.stash.get(_TARGETS, {})
+        pool = config.stash[_POOL] = WorldPool(config, lambda: _server(config), targets)
+    return pool
+
+
+def _server(config: pytest.Config) -> ForkServer:
+    """The session's fork server (started on first use, replaced if it died)."""
     server = config.stash.get(_SERVER, None)
     if server is None or not server.alive:
         if server is not None:

@@ -275,6 +275,7 @@ def sessions_alive(pids: list[int]) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[4]) in pids:
+            # after "(comm)": state, ppid, pgrp, session, ...
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) in pids:
                 found.append(int(stat.parent.name))
     return found

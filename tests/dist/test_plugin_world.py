@@ -190,6 +190,8 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
         f"""
         import os
         import signal
+        import subprocess
+        import sys
         import threading
         from pathlib import Path
 
@@ -200,8 +202,10 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
 
         OUT = Path({str(tmp_path)!r})
 
-        def note(test):
+        def note(test, *more):
             (OUT / f"{{test}}-rank{{os.environ['RANK']}}").write_text(f"{{os.getpid()}} {{os.getppid()}}")
+            for name, pid in more:
+                (OUT / name).write_text(str(pid))
 
         def summed(gang):
             total = torch.tensor(float(gang.rank + 1))
@@ -215,24 +219,9 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
             gm.create_gangs(root, tp=2).tp.barrier()  # never closed, nor is the default group
             dist.new_group([0, 1])
 
-        @pytest.mark.gangmesh_world(2, timeout=60)
-        def test_2_kills_a_rank(root_gang):
-            note("2")
-            if root_gang.rank == 1:
-                os.kill(os.getpid(), signal.SIGKILL)
-            root_gang.barrier()
-            threading.Event().wait()
-
-        @pytest.mark.gangmesh_world(2, timeout=20)
-        def test_3_hangs_a_collective(root_gang):
-            note("3")
-            if root_gang.rank == 0:
-                summed(root_gang)  # rank 1 never joins
-            threading.Event().wait()
-
         @pytest.mark.gangmesh_world(2)
-        def test_4_starts_clean():
-            note("4")
+        def test_2_starts_clean():
+            note("2")
             assert not dist.is_initialized()
             root = gm.setup_root_gang()
             assert summed(root) == 3.0
@@ -240,24 +229,51 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
             root.close()
 
         @pytest.mark.gangmesh_world(2)
-        def test_5_root_gang_still_works(root_gang):
+        def test_3_leaves_a_process_running(root_gang):
+            stuck = [sys.executable, "-c", "import threading; threading.Event().wait()"]
+            note("3", (f"started-by-rank{{root_gang.rank}}", subprocess.Popen(stuck).pid))
+
+        @pytest.mark.gangmesh_world(2, timeout=60)
+        def test_4_kills_a_rank(root_gang):
+            note("4")
+            if root_gang.rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            root_gang.barrier()
+            threading.Event().wait()
+
+        @pytest.mark.gangmesh_world(2, timeout=20)
+        def test_5_hangs_a_collective(root_gang):
             note("5")
+            if root_gang.rank == 0:
+                summed(root_gang)  # rank 1 never joins
+            threading.Event().wait()
+
+        @pytest.mark.gangmesh_world(2)
+        def test_6_root_gang_still_works(root_gang):
+            note("6")
             assert dist.get_world_size() == 2
             assert summed(root_gang) == 3.0
         """,
     )
-    recorder.assertoutcome(passed=3, failed=2)
-    killed = report_of(recorder, "test_2_kills_a_rank").longreprtext
+    recorder.assertoutcome(passed=4, failed=2)
+    killed = report_of(recorder, "test_4_kills_a_rank").longreprtext
     assert "rank 1 of 2: exited with code -9 before the test finished" in killed.splitlines(), killed
-    hung = report_of(recorder, "test_3_hangs_a_collective").longreprtext
+    hung = report_of(recorder, "test_5_hangs_a_collective").longreprtext
     assert hung.splitlines()[0] == "timed out after 20 s: ranks 0, 1 of 2 did not finish", hung
     notes = {p.name: [int(n) for n in p.read_text().split()] for p in tmp_path.iterdir()}
-    assert sorted(notes) == [f"{test}-rank{rank}" for test in "12345" for rank in (0, 1)]
-    pids = [pid for pid, _ in notes.values()]
-    assert len(set(pids)) == 10, "every test ran in processes of its own"
-    parents = {parent for _, parent in notes.values()}
+    ran = sorted(name for name in notes if not name.startswith("started"))
+    assert ran == [f"{test}-rank{rank}" for test in "123456" for rank in (0, 1)]
+    world = {test: tuple(notes[f"{test}-rank{rank}"][0] for rank in (0, 1)) for test in "123456"}
+    assert world["1"] == world["2"] == world["3"], "a world whose test left groups runs the next"
+    assert len({world["3"], world["4"], world["5"], world["6"]}) == 4, (
+        "a test that leaves a process, kills a rank or hangs ends its world"
+    )
+    assert len({pid for pids in world.values() for pid in pids}) == 8
+    parents = {notes[name][1] for name in ran}
     assert len(parents) == 1 and os.getpid() not in parents, "forked from one warm interpreter"
-    assert all(has_ended(pid) for pid in pids + list(parents))
+    started = [notes[f"started-by-rank{rank}"][0] for rank in (0, 1)]
+    pids = [pid for pids in world.values() for pid in pids]
+    assert all(has_ended(pid) for pid in pids + started + list(parents))
     assert children_of(os.getpid()) <= before
 
 
