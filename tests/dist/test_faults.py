@@ -12,6 +12,8 @@ from tests.dist.test_check import processes_mentioning
 pytestmark = pytest.mark.dist
 
 TIMEOUT_S = 5.0
+WAITED_OUT = TIMEOUT_S - 0.5
+"""An error raised after at least this long waited out the timeout (clocks differ by ms)."""
 MODES = ("absent", "sigkill", "monitored", "monitored_mesh")
 
 
@@ -44,7 +46,7 @@ def test_a_peer_that_never_enters_a_sub_gang_all_reduce(run_fault):
             f"all_reduce(SUM) failed on gang 'root[1,2,3]' (size 3, rank {local}, global rank {rank})"
         )
         assert got["cause"] == "RuntimeError", "torch's error is chained"
-        assert TIMEOUT_S <= got["seconds"] < 20
+        assert WAITED_OUT <= got["seconds"] < 20
         assert got["closed_twice"] is True
     assert "error" not in results[0] and "error" not in results[3]
 
@@ -66,7 +68,7 @@ def test_a_monitored_barrier_names_every_absent_rank(run_fault):
     error = results[0]["error"]
     assert error.startswith("barrier failed on gang 'root' (size 4, rank 0, global rank 0)")
     assert "gang ranks [2, 3] (global ranks [2, 3]) did not arrive in 5 s" in error
-    assert TIMEOUT_S <= results[0]["seconds"] < 20
+    assert WAITED_OUT <= results[0]["seconds"] < 20
     assert results[1]["error"].endswith(
         "gang rank 0 (global rank 0) did not confirm it in 5 s: it is gone or stuck, "
         "or a rank did not arrive and rank 0 names it"
@@ -79,5 +81,5 @@ def test_a_monitored_barrier_on_a_mesh_gang_names_the_absent_rank(run_fault):
     error = results[2]["error"]
     assert error.startswith("barrier failed on gang 'tp' (size 2, rank 0, global rank 2)")
     assert error.endswith("gang ranks [1] (global ranks [3]) did not arrive in 5 s")
-    assert TIMEOUT_S <= results[2]["seconds"] < 20
+    assert WAITED_OUT <= results[2]["seconds"] < 20
     assert "error" not in results[0] and "error" not in results[1]

@@ -12,6 +12,8 @@ from tests.dist.test_check import processes_mentioning
 pytestmark = pytest.mark.dist
 
 TIMEOUT_S = 5.0
+WAITED_OUT = TIMEOUT_S - 0.5
+"""An error raised after at least this long waited out the timeout (clocks differ by ms)."""
 MODES = ("mismatch", "invalid", "absent", "absent0", "again")
 
 
@@ -73,7 +75,7 @@ def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(run_setup_f
         assert got["error"].startswith(f"create_gangs: rank {absent} on ")
         assert "did not arrive within 5 s" in got["error"]
         assert ("rank 0 is among them" in got["error"]) == (absent == 0)
-        assert TIMEOUT_S <= got["seconds"] < TIMEOUT_S + 5
+        assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
 
 
 def test_setting_up_again_after_close_works(run_setup_fault):
@@ -88,4 +90,4 @@ def test_a_store_that_never_answers_fails_within_the_timeout(launched):
     assert got["kind"] == "GangError"
     assert got["error"].startswith("rank 1: the job's store at 127.0.0.1:")
     assert "served by rank 0, did not answer within the timeout" in got["error"]
-    assert TIMEOUT_S <= got["seconds"] < TIMEOUT_S + 5
+    assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
