@@ -205,7 +205,7 @@ def _check_parameters(
     """Warn (an error under -W) about a parameter the docstring has no words for.
 
     A parameter has words in a ``:param name:`` line, or, for a class, as a documented
-    attribute of the same name (the fields of a dataclass).
+    attribute of the same name (the fields of a dataclass, a documented descriptor).
     """
     if what not in ("class", "function", "method") or (
         what == "class" and issubclass(obj, (BaseException, enum.Enum))
@@ -222,6 +222,12 @@ def _check_parameters(
     if what == "class":
         attributes = ModuleAnalyzer.for_module(obj.__module__).find_attr_docs()
         documented |= {attr for cls, attr in attributes if cls == obj.__qualname__}
+        # Attributes served by a documented descriptor (Gangs' gangs).
+        documented |= {
+            attr
+            for attr, value in vars(obj).items()
+            if inspect.isdatadescriptor(value) and inspect.getdoc(value)
+        }
     missing = [p for p in parameters if p not in documented and p not in ("self", "cls")]
     if missing:
         _logger.warning(

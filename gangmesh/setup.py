@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh._checks import InvalidTypeError
+from gangmesh._checks import InvalidTypeError, check_timeout
 from gangmesh.environment import LaunchEnvironment, read_launch_environment
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.process_group_gang import ProcessGroupGang, backend_for
@@ -60,8 +60,7 @@ def setup_root_gang(
     """
     if device is not None and not isinstance(device, torch.device):
         raise InvalidTypeError(f"device: expected a torch.device or None, got {device!r}")
-    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
+    timeout = check_timeout(timeout)
     if dist.is_available() and dist.is_initialized():
         return _wrap_default_group(device, timeout, monitored, high_priority)
     env = read_launch_environment()
@@ -125,6 +124,3 @@ def _wrap_default_group(
         monitored=monitored,
         high_priority=high_priority,
     )
-
-
-setup_default_gang = setup_root_gang

@@ -15,20 +15,15 @@ on gloo too. ``Device`` is ``torch.device``. The names of older fairseq2 release
 
 from torch import device as Device
 
+from gangmesh.aliases import setup_default_gang, setup_hybrid_fsdp_gangs, setup_parallel_gangs
+from gangmesh.current import maybe_get_current_gangs
+from gangmesh.factories import create_fake_gangs, create_fsdp_gangs, create_parallel_gangs
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang, GangError, ReduceOperation
-from gangmesh.gangs import (
-    Gangs,
-    create_fake_gangs,
-    create_fsdp_gangs,
-    create_parallel_gangs,
-    maybe_get_current_gangs,
-    setup_hybrid_fsdp_gangs,
-    setup_parallel_gangs,
-)
+from gangmesh.gangs import Gangs
 from gangmesh.ops import all_sum, broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.setup import setup_default_gang, setup_root_gang
+from gangmesh.setup import setup_root_gang
 
 __all__ = [
     "Device",
