@@ -170,6 +170,9 @@ for _name in _compat.__all__:
     _value = getattr(_compat, _name)
     if _value is getattr(gm, _name, None):
         _names.append(f":{'class' if isinstance(_value, type) else 'func'}:`~gangmesh.{_name}`")
+    elif getattr(_value, "__module__", None) == _compat.__name__:
+        if f".. autofunction:: gangmesh.compat.fairseq2.{_name}\n" not in _api:
+            raise RuntimeError(f"api.rst: expected '.. autofunction:: {_compat.__name__}.{_name}'")
     elif not (_name == "Device" and _value is torch.device):
         raise RuntimeError(f"gangmesh.compat.fairseq2.{_name} is not gangmesh.{_name}")
 (_generated / "compat_fairseq2.inc").write_text(
