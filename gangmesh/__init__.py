@@ -6,7 +6,7 @@ never import torch.
 
 from __future__ import annotations
 
-import ast
+import functools
 import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,8 +15,8 @@ __version__ = "0.2.0"
 
 # The public names, each where it is defined: the one list of them. Type checkers read
 # these imports; at run time nothing is imported here, and __all__ and the table that
-# loads a name on first use are read from this block (as scientific-python's
-# lazy_loader reads a stub).
+# loads a name on first use are read from this block when first needed (as
+# scientific-python's lazy_loader reads a stub).
 if TYPE_CHECKING:
     from gangmesh import testing as testing
     from gangmesh._checks import InvalidTypeError as InvalidTypeError
@@ -48,8 +48,11 @@ if TYPE_CHECKING:
     from gangmesh.topology import MeshTopology as MeshTopology
 
 
+@functools.cache
 def _exports() -> dict[str, str]:
     """Public name -> the module it is imported from, read from the block above."""
+    import ast  # only here: reading the names costs nothing until they are used
+
     tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
     (block,) = (
         node
@@ -65,12 +68,10 @@ def _exports() -> dict[str, str]:
     }
 
 
-_EXPORTS = _exports()
-__all__ = sorted(_EXPORTS)
-
-
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    if name == "__all__":  # read on first use too: ``import gangmesh`` stays cheap
+        return sorted(_exports())
+    module = _exports().get(name)
     if module is None:
         raise AttributeError(f"module 'gangmesh' has no attribute {name!r}")
     if module == __name__:
@@ -82,4 +83,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_exports()})
