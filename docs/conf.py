@@ -170,6 +170,9 @@ for _name in _compat.__all__:
     _value = getattr(_compat, _name)
     if _value is getattr(gm, _name, None):
         _names.append(f":{'class' if isinstance(_value, type) else 'func'}:`~gangmesh.{_name}`")
+    elif getattr(_value, "__module__", None) == _compat.__name__:
+        if f".. autofunction:: gangmesh.compat.fairseq2.{_name}\n" not in _api:
+            raise RuntimeError(f"api.rst: expected '.. autofunction:: {_compat.__name__}.{_name}'")
     elif not (_name == "Device" and _value is torch.device):
         raise RuntimeError(f"gangmesh.compat.fairseq2.{_name} is not gangmesh.{_name}")
 (_generated / "compat_fairseq2.inc").write_text(
@@ -205,7 +208,7 @@ def _check_parameters(
     """Warn (an error under -W) about a parameter the docstring has no words for.
 
     A parameter has words in a ``:param name:`` line, or, for a class, as a documented
-    attribute of the same name (the fields of a dataclass).
+    attribute of the same name (the fields of a dataclass, a documented descriptor).
     """
     if what not in ("class", "function", "method") or (
         what == "class" and issubclass(obj, (BaseException, enum.Enum))
@@ -222,6 +225,12 @@ def _check_parameters(
     if what == "class":
         attributes = ModuleAnalyzer.for_module(obj.__module__).find_attr_docs()
         documented |= {attr for cls, attr in attributes if cls == obj.__qualname__}
+        # Attributes served by a documented descriptor (Gangs' gangs).
+        documented |= {
+            attr
+            for attr, value in vars(obj).items()
+            if inspect.isdatadescriptor(value) and inspect.getdoc(value)
+        }
     missing = [p for p in parameters if p not in documented and p not in ("self", "cls")]
     if missing:
         _logger.warning(

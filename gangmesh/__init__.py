@@ -6,105 +6,81 @@ never import torch.
 
 from __future__ import annotations
 
+import functools
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
-_EXPORTS: dict[str, str] = {
-    "DEFAULT_TIMEOUT": "gangmesh.gang",
-    "Gang": "gangmesh.gang",
-    "GangError": "gangmesh.gang",
-    "ReduceOperation": "gangmesh.gang",
-    "FakeGang": "gangmesh.fake_gang",
-    "ProcessGroupGang": "gangmesh.process_group_gang",
-    "InvalidTypeError": "gangmesh._checks",
-    "CommunicatorInfo": "gangmesh.communicators",
-    "Gangs": "gangmesh.gangs",
-    "create_fake_gangs": "gangmesh.gangs",
-    "create_fsdp_gangs": "gangmesh.gangs",
-    "create_gangs": "gangmesh.gangs",
-    "create_parallel_gangs": "gangmesh.gangs",
-    "maybe_get_current_gangs": "gangmesh.gangs",
-    "setup_hybrid_fsdp_gangs": "gangmesh.gangs",
-    "setup_parallel_gangs": "gangmesh.gangs",
-    "all_gather_objects": "gangmesh.ops",
-    "all_reduce_dict": "gangmesh.ops",
-    "all_sum": "gangmesh.ops",
-    "broadcast_flag": "gangmesh.ops",
-    "setup_default_gang": "gangmesh.setup",
-    "setup_root_gang": "gangmesh.setup",
-    "DENSE_DIMS": "gangmesh.topology",
-    "DIM_NAMES": "gangmesh.topology",
-    "EXPERT_DIMS": "gangmesh.topology",
-    "MeshTopology": "gangmesh.topology",
-    "LocalityFinding": "gangmesh.locality",
-}
-
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "DENSE_DIMS",
-    "DIM_NAMES",
-    "EXPERT_DIMS",
-    "CommunicatorInfo",
-    "FakeGang",
-    "Gang",
-    "GangError",
-    "Gangs",
-    "InvalidTypeError",
-    "LocalityFinding",
-    "MeshTopology",
-    "ProcessGroupGang",
-    "ReduceOperation",
-    "all_gather_objects",
-    "all_reduce_dict",
-    "all_sum",
-    "broadcast_flag",
-    "create_fake_gangs",
-    "create_fsdp_gangs",
-    "create_gangs",
-    "create_parallel_gangs",
-    "maybe_get_current_gangs",
-    "setup_default_gang",
-    "setup_hybrid_fsdp_gangs",
-    "setup_parallel_gangs",
-    "setup_root_gang",
-    "testing",
-]
-
+# The public names, each where it is defined: the one list of them. Type checkers read
+# these imports; at run time nothing is imported here, and __all__ and the table that
+# loads a name on first use are read from this block when first needed (as
+# scientific-python's lazy_loader reads a stub).
 if TYPE_CHECKING:
-    from gangmesh import testing
-    from gangmesh._checks import InvalidTypeError
-    from gangmesh.communicators import CommunicatorInfo
-    from gangmesh.fake_gang import FakeGang
-    from gangmesh.gang import DEFAULT_TIMEOUT, Gang, GangError, ReduceOperation
-    from gangmesh.gangs import (
-        Gangs,
-        create_fake_gangs,
-        create_fsdp_gangs,
-        create_gangs,
-        create_parallel_gangs,
-        maybe_get_current_gangs,
-        setup_hybrid_fsdp_gangs,
-        setup_parallel_gangs,
+    from gangmesh import testing as testing
+    from gangmesh._checks import InvalidTypeError as InvalidTypeError
+    from gangmesh.aliases import setup_default_gang as setup_default_gang
+    from gangmesh.aliases import setup_hybrid_fsdp_gangs as setup_hybrid_fsdp_gangs
+    from gangmesh.aliases import setup_parallel_gangs as setup_parallel_gangs
+    from gangmesh.communicators import CommunicatorInfo as CommunicatorInfo
+    from gangmesh.current import maybe_get_current_gangs as maybe_get_current_gangs
+    from gangmesh.factories import create_fake_gangs as create_fake_gangs
+    from gangmesh.factories import create_fsdp_gangs as create_fsdp_gangs
+    from gangmesh.factories import create_gangs as create_gangs
+    from gangmesh.factories import create_parallel_gangs as create_parallel_gangs
+    from gangmesh.fake_gang import FakeGang as FakeGang
+    from gangmesh.gang import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+    from gangmesh.gang import Gang as Gang
+    from gangmesh.gang import GangError as GangError
+    from gangmesh.gang import ReduceOperation as ReduceOperation
+    from gangmesh.gangs import Gangs as Gangs
+    from gangmesh.locality import LocalityFinding as LocalityFinding
+    from gangmesh.ops import all_gather_objects as all_gather_objects
+    from gangmesh.ops import all_reduce_dict as all_reduce_dict
+    from gangmesh.ops import all_sum as all_sum
+    from gangmesh.ops import broadcast_flag as broadcast_flag
+    from gangmesh.process_group_gang import ProcessGroupGang as ProcessGroupGang
+    from gangmesh.setup import setup_root_gang as setup_root_gang
+    from gangmesh.topology import DENSE_DIMS as DENSE_DIMS
+    from gangmesh.topology import DIM_NAMES as DIM_NAMES
+    from gangmesh.topology import EXPERT_DIMS as EXPERT_DIMS
+    from gangmesh.topology import MeshTopology as MeshTopology
+
+
+@functools.cache
+def _exports() -> dict[str, str]:
+    """Public name -> the module it is imported from, read from the block above."""
+    import ast  # only here: reading the names costs nothing until they are used
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    (block,) = (
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        if node.test.id == "TYPE_CHECKING"
     )
-    from gangmesh.locality import LocalityFinding
-    from gangmesh.ops import all_gather_objects, all_reduce_dict, all_sum, broadcast_flag
-    from gangmesh.process_group_gang import ProcessGroupGang
-    from gangmesh.setup import setup_default_gang, setup_root_gang
-    from gangmesh.topology import DENSE_DIMS, DIM_NAMES, EXPERT_DIMS, MeshTopology
+    return {
+        alias.asname or alias.name: str(node.module)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module("gangmesh.testing")
-    module = _EXPORTS.get(name)
+    if name == "__all__":  # read on first use too: ``import gangmesh`` stays cheap
+        return sorted(_exports())
+    module = _exports().get(name)
     if module is None:
         raise AttributeError(f"module 'gangmesh' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    if module == __name__:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_exports()})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 
 import numpy as np
 
@@ -54,3 +55,10 @@ def check_ranks(ranks: Sequence[int], size: int) -> list[int]:
     if dupes:
         raise ValueError(f"ranks: expected unique ranks, got duplicates {dupes} in {checked}")
     return checked
+
+
+def check_timeout(timeout: object) -> timedelta | None:
+    """Return ``timeout`` if it is None or a positive timedelta; ValueError otherwise."""
+    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
+        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
+    return timeout

@@ -23,8 +23,8 @@ from gangmesh.check import (
     this_placement,
 )
 from gangmesh.environment import read_launch_environment
+from gangmesh.factories import create_gangs
 from gangmesh.gang import Gang, GangError
-from gangmesh.gangs import create_gangs
 from gangmesh.launch import run_local_workers
 from gangmesh.locality import check_ranks_per_node
 from gangmesh.ops import all_gather_objects, broadcast_flag

@@ -1,40 +1,67 @@
-"""Gangs: one gang per parallel dimension of a plan, built over DeviceMeshes."""
+"""Gangs: one gang per parallel dimension of a plan, by name, over DeviceMeshes."""
 
 from __future__ import annotations
 
-import logging
-import math
-import threading
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import NoReturn, overload
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from gangmesh import mesh_build
-from gangmesh._checks import InvalidTypeError, check_positive
+from gangmesh import current, mesh_build
 from gangmesh._exit import release_at_exit
 from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
 from gangmesh.fake_gang import FakeGang
-from gangmesh.gang import DEFAULT_TIMEOUT, Gang
-from gangmesh.mesh_read import read_meshes
+from gangmesh.gang import Gang
 from gangmesh.mesh_views import Meshes
+from gangmesh.mesh_wrap import wrap_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.rendezvous import LayoutAgreement
-from gangmesh.topology import (
-    ALIASES,
-    GANG_NAMES,
-    MeshTopology,
-)
+from gangmesh.topology import ALIASES, GANG_NAMES, MeshTopology
 
-log = logging.getLogger("gangmesh")
+_STORED = ("dp_replicate", "dp_shard", "dp", "tp", "pp", "cp", "ep", "efsdp", "etp", "edp")
+"""The dimensions every Gangs holds a gang of besides root, in the order gangs are reported."""
 
 
-class Gangs:
+class _Field:
+    """A read-only Gangs attribute: the gang stored under a dimension name."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = self.key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.key = name, _canonical(name)
+
+    @overload
+    def __get__(self, gangs: None, owner: type) -> _Field: ...
+
+    @overload
+    def __get__(self, gangs: Gangs, owner: type) -> Gang: ...
+
+    def __get__(self, gangs: Gangs | None, owner: type) -> _Field | Gang:
+        return self if gangs is None else gangs._gangs[self.key]
+
+    def __set__(self, gangs: Gangs, value: object) -> NoReturn:
+        raise AttributeError(f"{self.name}: the gangs of a Gangs are read-only")
+
+
+def _canonical(name: str) -> str:
+    """The dimension a name stands for: "rdp" -> "dp_replicate"; other names as they are."""
+    targets = ALIASES.get(name, ())
+    return targets[0] if len(targets) == 1 else name
+
+
+class Gangs(Mapping[str, Gang]):
     """The gangs of one process: the root, and one gang per dimension of its plan.
+
+    A Gangs is a read-only mapping from name to Gang. Iterating it (``keys``,
+    ``values``, ``items``, ``len``) gives the ten parallel gangs, in the order of
+    the attributes below, root excluded; ``gangs[name]``, ``name in gangs`` and
+    ``gangs.get(name)`` also take "root", each dimension's full name ("dp_shard"
+    for ``sdp``) and the flattened dimensions built ("dp_shard_cp", "dp_cp").
 
     ``meshes`` maps a name to a DeviceMesh built over the gangs' own groups, one
     per use (torchtitan's names in brackets): "dense" (``plan.order``: pp,
@@ -49,7 +76,8 @@ class Gangs:
     Built directly from gangs, without the expert ones, a Gangs takes the dense
     gangs of the same members: etp = tp, efsdp = sdp, edp = dp (ep = 1, cp = 1).
     Used as a context manager, a Gangs becomes the calling thread's current gangs
-    (see :func:`maybe_get_current_gangs`).
+    (see :func:`maybe_get_current_gangs`). Two Gangs are equal only if they are
+    the same object.
 
     :param mesh: the dense mesh, kept as ``meshes["dense"]``.
     :param expert_mesh: the expert mesh, kept as ``meshes["expert"]``.
@@ -57,49 +85,19 @@ class Gangs:
         do not multiply to the root size, or expert gangs are missing where cp > 1.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_closed",
-        "_gangs",
-        "_leases",
-        "cp",
-        "dp",
-        "edp",
-        "efsdp",
-        "ep",
-        "etp",
-        "meshes",
-        "plan",
-        "pp",
-        "rdp",
-        "root",
-        "sdp",
-        "timeout",
-        "tp",
-    )
+    __slots__ = ("__weakref__", "_closed", "_gangs", "_leases", "meshes", "plan", "timeout")
 
-    root: Gang
-    """Every process of the job."""
-    dp: Gang
-    """Data parallel: dp_replicate x dp_shard flattened."""
-    rdp: Gang
-    """Replicated data parallel (dp_replicate): the replicas of HSDP."""
-    sdp: Gang
-    """Sharded data parallel (dp_shard): the shards of FSDP."""
-    tp: Gang
-    """Tensor parallel."""
-    pp: Gang
-    """Pipeline parallel: the stages."""
-    cp: Gang
-    """Context parallel."""
-    ep: Gang
-    """Expert parallel (size 1 without expert parallelism)."""
-    efsdp: Gang
-    """Sharded data parallel of the expert weights."""
-    etp: Gang
-    """Tensor parallel of the expert weights."""
-    edp: Gang
-    """Expert data parallel: dp_replicate x efsdp flattened."""
+    root = _Field("Every process of the job.")
+    dp = _Field("Data parallel: dp_replicate x dp_shard flattened.")
+    rdp = _Field("Replicated data parallel (dp_replicate): the replicas of HSDP.")
+    sdp = _Field("Sharded data parallel (dp_shard): the shards of FSDP.")
+    tp = _Field("Tensor parallel.")
+    pp = _Field("Pipeline parallel: the stages.")
+    cp = _Field("Context parallel.")
+    ep = _Field("Expert parallel (size 1 without expert parallelism).")
+    efsdp = _Field("Sharded data parallel of the expert weights.")
+    etp = _Field("Tensor parallel of the expert weights.")
+    edp = _Field("Expert data parallel: dp_replicate x efsdp flattened.")
     plan: MeshTopology
     """The layout these gangs were built from."""
     meshes: Meshes
@@ -127,54 +125,88 @@ class Gangs:
         timeout: timedelta | None = None,
         meshes: Mapping[str, DeviceMesh] | None = None,
     ) -> None:
-        def one(gang: Gang | None) -> Gang:
-            return gang if gang is not None else FakeGang(root.device)
-
-        self.root = root
-        self.dp, self.rdp, self.sdp, self.tp, self.pp = dp, rdp, sdp, tp, pp
-        self.cp, self.ep = one(cp), one(ep)
-        gangs = {"dp": dp, "rdp": rdp, "sdp": sdp, "tp": tp, "pp": pp, "cp": self.cp, "ep": ep,
+        given = {"dp": dp, "rdp": rdp, "sdp": sdp, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
                  "efsdp": efsdp, "etp": etp, "edp": edp}  # fmt: skip
-        off = [name for name, gang in gangs.items() if gang is not None and gang.rank != 0]
+        off = {name: gang.rank for name, gang in given.items() if gang is not None and gang.rank}
         if root.rank == 0 and off:
             raise ValueError(
                 f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
-                f"there is {', '.join(str(gangs[name].rank) for name in off)}"  # type: ignore[union-attr]
+                f"there is {', '.join(map(str, off.values()))}"
             )
-        if (efsdp is None or edp is None) and self.cp.size > 1:
+        cp = FakeGang(root.device) if cp is None else cp
+        ep = FakeGang(root.device) if ep is None else ep
+        if (efsdp is None or edp is None) and cp.size > 1:
             raise ValueError(
-                f"efsdp, edp: expected the expert gangs when cp={self.cp.size} > 1 (efsdp "
+                f"efsdp, edp: expected the expert gangs when cp={cp.size} > 1 (efsdp "
                 f"spans dp_shard x cp, which no dense gang holds), got none"
             )
-        self.efsdp = sdp if efsdp is None else efsdp
-        self.etp = tp if etp is None else etp
-        self.edp = dp if edp is None else edp
-        self.plan = plan or MeshTopology(
-            root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=self.cp.size,
-            tp=tp.size, ep=self.ep.size, etp=self.etp.size,
+        efsdp = sdp if efsdp is None else efsdp
+        etp = tp if etp is None else etp
+        edp = dp if edp is None else edp
+        plan = plan or MeshTopology(
+            root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=cp.size,
+            tp=tp.size, ep=ep.size, etp=etp.size,
         )  # fmt: skip
-        given = {"dense": mesh, "expert": expert_mesh}
-        self.meshes = Meshes(
-            {**(meshes or {}), **{name: m for name, m in given.items() if m is not None}}
-        )
-        if self.meshes:
-            release_at_exit(self)
-        self.timeout = timeout
-        self._gangs: dict[str, Gang] = {
-            "dp_replicate": rdp,
-            "dp_shard": sdp,
-            **{
-                name: getattr(self, name)
-                for name in GANG_NAMES
-                if name not in ALIASES or name in ("dp", "edp")
-            },
-        }
-        self._leases: list[Lease] = []
-        self._closed = False
+        given_meshes = {"dense": mesh, "expert": expert_mesh}
+        meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
+        store = dict(zip(_STORED, (rdp, sdp, dp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        self._hold(root, store, plan, Meshes(meshes), timeout, [])
 
-    def _release(self) -> None:
-        """Drop the meshes (they hold torch's groups); for the exit teardown only."""
-        self.meshes = Meshes({})
+    def _hold(
+        self,
+        root: Gang,
+        gangs: Mapping[str, Gang],
+        plan: MeshTopology,
+        meshes: Meshes,
+        timeout: timedelta | None,
+        leases: list[Lease],
+    ) -> None:
+        """Keep ``gangs`` (dimension name -> gang: those of _STORED first) and the rest."""
+        self._gangs: dict[str, Gang] = {"root": root, **gangs}
+        self.plan, self.meshes, self.timeout = plan, meshes, timeout
+        self._leases = leases
+        self._closed = False
+        if meshes:
+            release_at_exit(self)
+
+    @classmethod
+    def _of(
+        cls, root: Gang, plan: MeshTopology, built: mesh_build.Built, timeout: timedelta | None
+    ) -> Gangs:
+        """The Gangs of what :mod:`gangmesh.mesh_build` built for ``plan``."""
+        gangs = cls.__new__(cls)
+        ordered = {name: built.gangs[name] for name in _STORED}
+        gangs._hold(root, {**ordered, **built.gangs}, plan, Meshes(built.meshes), timeout,
+                    built.leases)  # fmt: skip
+        return gangs
+
+    def __getitem__(self, name: str) -> Gang:
+        """The gang of a dimension or alias: ``gangs["dp_shard"] is gangs.sdp``.
+
+        :raises KeyError: a name this Gangs has no gang of, naming the ones it has.
+        """
+        gang = self._gangs.get(_canonical(name))
+        if gang is None:
+            known = ", ".join([*self._gangs, *(a for a in ALIASES if _canonical(a) != a)])
+            raise KeyError(f"gang {name!r}: expected one of {known}")
+        return gang
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(GANG_NAMES)
+
+    def __len__(self) -> int:
+        return len(GANG_NAMES)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process's gangs: the root gang's."""
+        return self.root.device
 
     @property
     def mesh(self) -> DeviceMesh | None:
@@ -186,46 +218,13 @@ class Gangs:
         """The expert DeviceMesh, ``meshes["expert"]``; None without an expert view or fake."""
         return self.meshes.get("expert")
 
-    @classmethod
-    def _of(
-        cls, root: Gang, plan: MeshTopology, built: mesh_build.Built, timeout: timedelta | None
-    ) -> Gangs:
-        g = built.gangs
-        gangs = cls(
-            root=root, dp=g["dp"], rdp=g["dp_replicate"], sdp=g["dp_shard"], tp=g["tp"],
-            pp=g["pp"], cp=g["cp"], ep=g["ep"], efsdp=g["efsdp"], etp=g["etp"], edp=g["edp"],
-            plan=plan, timeout=timeout, meshes=built.meshes,
-        )  # fmt: skip
-        gangs._gangs.update(g)
-        gangs._leases = built.leases
-        return gangs
-
-    def __getitem__(self, name: str) -> Gang:
-        """The gang of a dimension or alias: ``gangs["dp_shard"] is gangs.sdp``.
-
-        :raises ValueError: an unknown name, or one this Gangs was built without.
-        """
-        if name == "root":
-            return self.root
-        canonical = ALIASES[name][0] if name in ALIASES and len(ALIASES[name]) == 1 else name
-        gang = self._gangs.get(canonical)
-        if gang is None:
-            known = ", ".join(["root", *self._gangs, *(a for a in ALIASES if len(ALIASES[a]) == 1)])
-            raise ValueError(f"name: expected one of {known}, got {name!r}")
-        return gang
-
-    def items(self) -> Iterator[tuple[str, Gang]]:
-        """(name, gang) for every parallel gang field, root excluded."""
-        for name in GANG_NAMES:
-            yield name, getattr(self, name)
-
     def communicators(self) -> list[CommunicatorInfo]:
         """The communicators this process's gangs use, one per distinct group, root's included.
 
         Gangs of size 1 have none. Closed gangs are left out.
         """
         found: dict[int, tuple[ProcessGroupGang, list[str]]] = {}
-        for name, gang in [("root", self.root), *self._gangs.items()]:
+        for name, gang in self._gangs.items():
             if isinstance(gang, ProcessGroupGang) and gang.size > 1 and gang._pg is not None:
                 group = gang.as_process_group()
                 found.setdefault(id(group), (gang, []))[1].append(name)
@@ -256,7 +255,7 @@ class Gangs:
         return f"Gangs(rank {rank} of {self.root.size}: {'; '.join(parts)})"
 
     def __enter__(self) -> Gangs:
-        _current_stack().append(self)
+        current.push(self)
         return self
 
     def __exit__(
@@ -265,9 +264,7 @@ class Gangs:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        stack = _current_stack()
-        if stack and stack[-1] is self:
-            stack.pop()
+        current.pop(self)
 
     def close(self) -> None:
         """Close the gangs and groups these Gangs created; later calls do nothing.
@@ -278,7 +275,12 @@ class Gangs:
         if self._closed:
             return
         self._closed = True
-        mesh_build.release(mesh_build.Built(self._gangs, leases=self._leases))
+        gangs = {name: gang for name, gang in self._gangs.items() if name != "root"}
+        mesh_build.release(mesh_build.Built(gangs, leases=self._leases))
+
+    def _release(self) -> None:
+        """Drop the meshes (they hold torch's groups); for the exit teardown only."""
+        self.meshes = Meshes({})
 
     @classmethod
     def from_mesh(
@@ -313,216 +315,10 @@ class Gangs:
             cover the root or is not numbered row-major, an expert mesh that does
             not fit the dense one.
         """
-        if not isinstance(mesh, DeviceMesh):
-            raise InvalidTypeError(f"mesh: expected a DeviceMesh, got {type(mesh).__name__}")
-        if expert_mesh is not None and not isinstance(expert_mesh, DeviceMesh):
-            raise InvalidTypeError(
-                f"expert_mesh: expected a DeviceMesh or None, got {type(expert_mesh).__name__}"
-            )
-        plan, groups = read_meshes(mesh, expert_mesh)
-        device = _mesh_device(mesh)
-        if root is None:
-            world = dist.group.WORLD
-            assert isinstance(world, dist.ProcessGroup)
-            root = ProcessGroupGang(world, device, name="root")
-        if root.size != mesh.size():
-            raise ValueError(
-                f"mesh: expected a mesh over all {root.size} processes of root, got {mesh.size()}"
-            )
-        if not isinstance(root, ProcessGroupGang):
-            raise InvalidTypeError(f"root: expected a ProcessGroupGang, got {root.describe()}")
-        timeout = _check_timeout(timeout) or root.timeout
-        built = mesh_build.wrap(root, plan, groups, timeout)
-        built.meshes["dense"] = mesh
-        if expert_mesh is not None:
-            built.meshes["expert"] = expert_mesh
-        return cls._of(root, plan, built, timeout)
-
-
-def _mesh_device(mesh: DeviceMesh) -> torch.device:
-    if mesh.device_type == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device(mesh.device_type)
-
-
-def _check_timeout(timeout: object) -> timedelta | None:
-    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
-    return timeout
-
-
-def create_gangs(
-    root_gang: Gang,
-    *,
-    pp: int = 1,
-    dp_replicate: int = 1,
-    dp_shard: int = -1,
-    cp: int = 1,
-    tp: int = 1,
-    ep: int = 1,
-    etp: int = 1,
-    order: str | tuple[str, ...] | list[str] | None = None,
-    timeout: timedelta | None = None,
-) -> Gangs:
-    """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
-
-    The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
-    outermost first unless ``order`` says otherwise; ``Gangs.meshes`` adds meshes
-    with dimensions merged ("dp_shard_cp", "dp_cp", "dp"), the expert mesh ("pp",
-    "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (at
-    ep = 1 too), all over the gangs' groups. Exactly one size may be
-    -1 (inferred). ``timeout``
-    (default: the root gang's) is the timeout of every group created; the root's
-    ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
-    members share one communicator; a dimension of size 1 has none.
-
-    Every process of the root gang calls it with the same arguments. With a
-    FakeGang root of size N it returns the FakeGangs of the plan instead.
-
-    :param root_gang: the gang of every process, from :func:`setup_root_gang`.
-    :param pp: pipeline parallel size (stages).
-    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
-    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
-    :param cp: context parallel size.
-    :param tp: tensor parallel size.
-    :param ep: expert parallel size.
-    :param etp: tensor parallel size of the experts: 1 or ``tp``.
-    :param order: the dense dimensions, outermost first, as a sequence or a
-        comma-separated string.
-    :param timeout: timeout of every group created; default: the root gang's.
-    :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
-        the expert view broken, or a root gang that is not the default group's.
-    :raises GangError: a process group cannot be created.
-    """
-    if not isinstance(root_gang, Gang):
-        raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
-    if root_gang.supports_process_group and (
-        not isinstance(root_gang, ProcessGroupGang)
-        or root_gang.as_process_group() is not dist.group.WORLD
-    ):
-        raise ValueError(
-            f"root_gang: expected the gang of the default process group "
-            f"(size {dist.get_world_size()}), got {root_gang.describe()}"
-        )
-    sizes = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
-    request = {**sizes, "ep": ep, "etp": etp, "order": order, "timeout": timeout}
-    agreeing = LayoutAgreement(root_gang, request)
-    try:
-        plan = _plan(root_gang.size, sizes, ep, etp, order)
-        timeout = _check_timeout(timeout)
-    except ValueError:
-        agreeing.leave_request()
-        raise
-    if not isinstance(root_gang, ProcessGroupGang):
-        return Gangs._of(root_gang, plan, mesh_build.fake_gangs(root_gang, plan), timeout)
-    timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
-    agreeing.wait(timeout)
-    log.info("Creating gangs %s", plan)
-    return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
-
-
-def _plan(world_size: int, sizes: dict[str, Any], ep: Any, etp: Any, order: Any) -> MeshTopology:
-    """The plan; in a job of one process a failure says how to start more."""
-    try:
-        return MeshTopology(world_size, **sizes, ep=ep, etp=etp, order=order)
-    except ValueError as ex:
-        wanted = math.prod(v for v in sizes.values() if isinstance(v, int) and v > 1)
-        if world_size == 1 and wanted > 1:
-            raise ValueError(
-                f"{ex}; this job has one process: run it under torchrun --nproc-per-node "
-                f"{wanted} (or srun -n {wanted})"
-            ) from None
-        raise
-
-
-def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
-    """Data and tensor parallel gangs: tp groups of ``tp_size`` adjacent ranks.
-
-    For 8 processes and ``tp_size=2``: tp [0,1] [2,3] [4,5] [6,7] and dp
-    [0,2,4,6] [1,3,5,7]. Data parallelism is replicated (rdp = dp, sdp of size
-    1) until :func:`create_fsdp_gangs` splits it.
-
-    :param root_gang: the gang of every process.
-    :param tp_size: the tensor parallel size.
-    :raises ValueError: ``tp_size`` is not a positive factor of the root size.
-    """
-    tp_size = check_positive("tp_size", tp_size)
-    if root_gang.size % tp_size:
-        raise ValueError(
-            f"tp_size: expected a factor of root_gang.size ({root_gang.size}), got {tp_size}"
-        )
-    return create_gangs(root_gang, dp_replicate=-1, dp_shard=1, tp=tp_size)
-
-
-def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs:
-    """Split the data parallel gang for FSDP (no ``intra_node_size``) or HSDP.
-
-    Without ``intra_node_size``: sdp = dp and rdp has size 1 (fully sharded).
-    With it: sdp groups of ``intra_node_size`` consecutive dp ranks, rdp groups
-    strided by it; for 8 processes and 4: sdp [0,1,2,3] [4,5,6,7], rdp [0,4]
-    [1,5] [2,6] [3,7]. Works with any tp size, on gloo and NCCL. Returns new
-    Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
-    ``gangs`` where the members are the same.
-
-    :param gangs: the gangs to split the data parallel gang of.
-    :param intra_node_size: the sharded (sdp) size for HSDP; None for FSDP.
-    :raises ValueError: ``intra_node_size`` does not divide ``gangs.dp.size``.
-    """
-    dp_size = gangs.dp.size
-    if intra_node_size is None:
-        replicate, shard = 1, dp_size
-    else:
-        shard = check_positive("intra_node_size", intra_node_size)
-        if dp_size % shard:
-            raise ValueError(
-                f"intra_node_size: expected a factor of gangs.dp.size ({dp_size}), got {shard}"
-            )
-        replicate = dp_size // shard
-    sizes = gangs.plan.sizes()
-    return create_gangs(
-        gangs.root,
-        pp=sizes["pp"],
-        dp_replicate=replicate,
-        dp_shard=shard,
-        cp=sizes["cp"],
-        tp=sizes["tp"],
-        ep=sizes["ep"],
-        etp=sizes["etp"],
-        order=gangs.plan.order,
-        timeout=gangs.timeout,
-    )
-
-
-def create_fake_gangs(device: torch.device) -> Gangs:
-    """Gangs of one process (FakeGangs of size 1) on ``device``.
-
-    :param device: where the tensors passed to the collectives live.
-    """
-    gang = FakeGang(device)
-    return Gangs(root=gang, dp=gang, rdp=gang, sdp=gang, tp=gang, pp=gang)
-
-
-_local = threading.local()
-
-
-def _current_stack() -> list[Gangs]:
-    stack: list[Gangs] | None = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
-
-
-def maybe_get_current_gangs() -> Gangs | None:
-    """The innermost Gangs entered with ``with gangs:`` in this thread, or None."""
-    stack = _current_stack()
-    return stack[-1] if stack else None
+        return cls._of(*wrap_meshes(mesh, expert_mesh, root, timeout))
 
 
 def _short(group: list[int], limit: int = 8) -> str:
     if len(group) <= limit:
         return "[" + ",".join(map(str, group)) + "]"
     return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"
-
-
-setup_parallel_gangs = create_parallel_gangs
-setup_hybrid_fsdp_gangs = create_fsdp_gangs

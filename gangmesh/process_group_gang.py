@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 import logging
-import re
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, final
+from typing import TYPE_CHECKING, final
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
 from torch.distributed import ProcessGroup
 
-from gangmesh import _backend, _c10d
-from gangmesh._checks import InvalidTypeError
+from gangmesh import default_group
+from gangmesh._checks import check_positive
 from gangmesh._exit import release_at_exit
 from gangmesh._validate import normalized_device
 from gangmesh.communicators import CommunicatorKey, Lease, acquire
-from gangmesh.gang import DEFAULT_TIMEOUT, Gang, GangError, ReduceOperation
+from gangmesh.environment import read_launch_environment
+from gangmesh.gang import DEFAULT_TIMEOUT, GangError
+from gangmesh.group_gang import GroupGang
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
 
 log = logging.getLogger("gangmesh")
 
-_broadcast_object_list = _c10d.undecorated(dist.broadcast_object_list)
-_barrier = _c10d.undecorated(dist.barrier)
-
 
 @final
-class ProcessGroupGang(Gang):
+class ProcessGroupGang(GroupGang):
     """A gang backed by a torch.distributed ProcessGroup.
 
     Wrapping a group does not take it over: :meth:`close` releases only what
@@ -59,22 +56,10 @@ class ProcessGroupGang(Gang):
         monitored: bool = False,
         high_priority: bool = False,
     ) -> None:
-        if not isinstance(pg, ProcessGroup):
-            raise InvalidTypeError(f"pg: expected a torch ProcessGroup, got {pg!r}")
-        self._device = normalized_device(device)
-        self._pg: ProcessGroup | None = pg
-        self._name = name
-        self._rank = dist.get_rank(pg)
-        self._size = dist.get_world_size(pg)
-        self._global_ranks = dist.get_process_group_ranks(pg)
-        self._to_group: list[int] | None = None
-        self._from_group: list[int] | None = None
-        self._backend = dist.get_backend(pg)
-        self._timeout = _c10d.group_timeout(pg, self._device) or timeout or DEFAULT_TIMEOUT
+        super().__init__(pg, device, name, timeout)
         self._high_priority = high_priority
         self._lease: Lease | None = None
         self._owns_default_group = False
-        self._monitor_group: ProcessGroup | None = None
         self._monitor_lease: Lease | None = None
         if monitored:
             self._monitor_with_gloo(pg)
@@ -120,30 +105,18 @@ class ProcessGroupGang(Gang):
         :raises RuntimeError: torch.distributed is already initialised.
         :raises GangError: initialisation fails.
         """
-        if dist.is_initialized():
-            raise RuntimeError(
-                "torch.distributed is already initialised; use setup_root_gang() to wrap it"
-            )
         device = normalized_device(device)
-        backend = backend or backend_for(device)
         timeout = timeout or DEFAULT_TIMEOUT
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        try:
-            dist.init_process_group(
-                backend,
-                init_method=None if store is not None else init_method,
-                store=store,
-                timeout=timeout,
-                rank=rank,
-                world_size=world_size,
-                pg_options=_c10d.backend_options(backend, timeout, high_priority),
-            )
-        except (RuntimeError, ValueError) as ex:
-            raise GangError(f"the default process group ({backend}) failed to start: {ex}") from ex
-        world = dist.group.WORLD
-        assert isinstance(world, ProcessGroup)
-        log.info("Root gang up: %s, rank %d of %d", backend, dist.get_rank(), dist.get_world_size())
+        world = default_group.start(
+            device,
+            backend=backend,
+            timeout=timeout,
+            high_priority=high_priority,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            store=store,
+        )
         gang = cls(
             world,
             device,
@@ -154,6 +127,64 @@ class ProcessGroupGang(Gang):
         )
         gang._owns_default_group = True
         return gang
+
+    @classmethod
+    def from_default_process_group(
+        cls,
+        device: torch.device | None = None,
+        *,
+        timeout: timedelta | None = None,
+        monitored: bool = False,
+        high_priority: bool = False,
+    ) -> ProcessGroupGang:
+        """Wrap torch's default process group, started elsewhere, without owning it.
+
+        :param device: this process's device; default: the current CUDA device for
+            NCCL, else cpu.
+        :param timeout: the group's timeout, where the backend does not tell it.
+        :param monitored: whether barriers name the ranks that did not arrive.
+        :param high_priority: whether groups made from this gang use high-priority streams.
+        :raises RuntimeError: torch.distributed is not initialised.
+        """
+        world = default_group.running()
+        return cls(
+            world,
+            device or default_group.device_of(world),
+            name="root",
+            timeout=timeout,
+            monitored=monitored,
+            high_priority=high_priority,
+        )
+
+    @classmethod
+    def init_default_process_group(
+        cls,
+        *,
+        device: torch.device | None = None,
+        timeout: timedelta | None = None,
+        num_threads: int | None = None,
+        monitored: bool = False,
+        ok_initialized: bool = False,
+    ) -> ProcessGroupGang:
+        """fairseq2's older call: :meth:`create_default_process_group` from torchrun's variables.
+
+        ``device`` defaults to ``cuda:LOCAL_RANK`` where CUDA is available, else cpu;
+        ``num_threads``, if given, is torch's intra-op thread count; ``ok_initialized``
+        wraps a running default group (:meth:`from_default_process_group`) instead of
+        raising. Prefer :func:`~gangmesh.setup_root_gang`.
+
+        :raises RuntimeError: torch.distributed is already initialised (and not
+            ``ok_initialized``).
+        :raises GangError: initialisation fails.
+        """
+        if num_threads is not None:
+            torch.set_num_threads(check_positive("num_threads", num_threads))
+        if ok_initialized and dist.is_initialized():
+            return cls.from_default_process_group(device, timeout=timeout, monitored=monitored)
+        if device is None:
+            env = read_launch_environment()
+            device = default_group.default_device(env.local_rank if env else 0)
+        return cls.create_default_process_group(device, timeout=timeout, monitored=monitored)
 
     @classmethod
     def _leased(
@@ -183,32 +214,6 @@ class ProcessGroupGang(Gang):
         if members is not None and members != gang._global_ranks:
             gang._renumber(members)
         return gang
-
-    def _renumber(self, members: list[int]) -> None:
-        """Number the gang by ``members``: collectives map gang ranks to group ranks."""
-        position = {member: index for index, member in enumerate(self._global_ranks)}
-        self._to_group = [position[member] for member in members]
-        self._from_group = [0] * len(members)
-        for gang_rank, group_rank in enumerate(self._to_group):
-            self._from_group[group_rank] = gang_rank
-        self._rank = self._from_group[self._rank]
-        self._global_ranks = list(members)
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    @property
-    def supports_process_group(self) -> bool:
-        return True
 
     @property
     def name(self) -> str:
@@ -244,12 +249,6 @@ class ProcessGroupGang(Gang):
         if self._pg is None:
             self._closed("as_process_group")
         return self._pg
-
-    def describe(self) -> str:
-        return (
-            f"gang '{self._name}' (size {self._size}, rank {self._rank}, "
-            f"global rank {self._global_ranks[self._rank]})"
-        )
 
     def __repr__(self) -> str:
         members = self._global_ranks
@@ -316,194 +315,3 @@ class ProcessGroupGang(Gang):
             high_priority=self._high_priority,
             members=members,
         )
-
-    def _barrier(self) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("barrier")
-        if self._monitor_group is not None:
-            try:
-                dist.monitored_barrier(
-                    group=self._monitor_group, timeout=self._timeout, wait_all_ranks=True
-                )
-            except RuntimeError as ex:
-                self._fail("barrier", ex, self._absentees(str(ex)))
-            return
-        try:
-            if self._device.type == "cuda":
-                _barrier(group=pg, device_ids=[self._device.index])
-            else:
-                _barrier(group=pg)
-        except RuntimeError as ex:
-            self._fail("barrier", ex)
-
-    def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("all_reduce")
-        try:
-            _backend.all_reduce(pg, tensor, op)
-        except RuntimeError as ex:
-            self._fail(f"all_reduce({op.name})", ex)
-
-    def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("all_gather")
-        if input_tensor.dim() == 0:
-            input_tensor = input_tensor.view(1)
-        if output_tensor.dim() != input_tensor.dim():  # stacked or flat: concatenate instead
-            output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
-        try:
-            if self._from_group is None:
-                _backend.all_gather_single(pg, output_tensor, input_tensor.contiguous())
-            else:
-                chunks = output_tensor.chunk(self._size)
-                outputs = [chunks[r] for r in self._from_group]
-                _backend.all_gather(pg, outputs, input_tensor.contiguous())
-        except RuntimeError as ex:
-            self._fail("all_gather", ex)
-
-    def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("all_gather_to_list")
-        if self._from_group is not None:
-            output_tensors = [output_tensors[r] for r in self._from_group]
-        try:
-            _backend.all_gather(pg, output_tensors, input_tensor)
-        except RuntimeError as ex:
-            self._fail("all_gather_to_list", ex)
-
-    def _reduce_scatter(
-        self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
-    ) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("reduce_scatter")
-        if output_tensor.dim() == 0:
-            output_tensor = output_tensor.view(1)
-        if input_tensor.dim() != output_tensor.dim():  # stacked: concatenate instead
-            input_tensor = input_tensor.view(-1, *output_tensor.shape[1:])
-        if self._from_group is not None:
-            chunks = input_tensor.chunk(self._size)
-            input_tensor = torch.cat([chunks[r] for r in self._from_group])
-        try:
-            _backend.reduce_scatter_single(pg, output_tensor, input_tensor.contiguous(), op)
-        except RuntimeError as ex:
-            self._fail(f"reduce_scatter({op.name})", ex)
-
-    def _all_to_all(
-        self,
-        output_tensor: Tensor,
-        input_tensor: Tensor,
-        output_split_sizes: list[int] | None,
-        input_split_sizes: list[int] | None,
-    ) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("all_to_all")
-        if self._from_group is not None:
-            self._all_to_all_renumbered(
-                pg, output_tensor, input_tensor, output_split_sizes, input_split_sizes
-            )
-            return
-        try:
-            _backend.all_to_all_single(
-                pg, output_tensor, input_tensor.contiguous(), output_split_sizes, input_split_sizes
-            )
-        except RuntimeError as ex:
-            self._fail("all_to_all", ex)
-
-    def _all_to_all_renumbered(
-        self,
-        pg: ProcessGroup,
-        output_tensor: Tensor,
-        input_tensor: Tensor,
-        output_split_sizes: list[int] | None,
-        input_split_sizes: list[int] | None,
-    ) -> None:
-        """all_to_all in gang rank order over a group numbered otherwise."""
-        order = self._from_group
-        assert order is not None
-        sends = _split(input_tensor, input_split_sizes, self._size)
-        receives = _split(output_tensor, output_split_sizes, self._size)
-        received = torch.empty_like(output_tensor)
-        by_group = [receives[r].shape[0] for r in order]
-        try:
-            _backend.all_to_all_single(
-                pg,
-                received,
-                torch.cat([sends[r] for r in order]),
-                by_group,
-                [sends[r].shape[0] for r in order],
-            )
-        except RuntimeError as ex:
-            self._fail("all_to_all", ex)
-        for piece, r in zip(torch.split(received, by_group), order, strict=True):
-            receives[r].copy_(piece)
-
-    def _group_rank(self, rank: int) -> int:
-        """The rank in the group of gang rank ``rank``."""
-        return rank if self._to_group is None else self._to_group[rank]
-
-    def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("broadcast")
-        try:
-            to_group = self._to_group
-            _backend.broadcast(
-                pg, tensor, source_rank if to_group is None else to_group[source_rank]
-            )
-        except RuntimeError as ex:
-            self._fail(f"broadcast(source_rank={source_rank})", ex)
-
-    def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None:
-        pg = self._pg
-        if pg is None:
-            self._closed("broadcast_objects")
-        try:
-            _broadcast_object_list(
-                objects, group=pg, group_src=self._group_rank(source_rank), device=self._device
-            )
-        except RuntimeError as ex:
-            self._fail(f"broadcast_objects(source_rank={source_rank})", ex)
-
-    def _absentees(self, error: str) -> str:
-        """Who a failed monitored barrier waited for, in gang and global ranks."""
-        seconds = self._timeout.total_seconds()
-        found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", error)
-        if found:
-            ranks = [int(r) for r in found.group(1).split(",")]
-            if self._from_group is not None:
-                ranks = [self._from_group[r] for r in ranks]
-            members = [self._global_ranks[r] for r in ranks]
-            return f"gang ranks {ranks} (global ranks {members}) did not arrive in {seconds:g} s"
-        return (
-            f"gang rank 0 (global rank {self._global_ranks[0]}) did not confirm it in "
-            f"{seconds:g} s: it is gone or stuck, or a rank did not arrive and rank 0 names it"
-        )
-
-    def _closed(self, op: str) -> NoReturn:
-        raise GangError(f"{op}: {self.describe()} is closed")
-
-    def _fail(self, op: str, cause: Exception, reason: str | None = None) -> NoReturn:
-        raise GangError(f"{op} failed on {self.describe()}: {reason or cause}") from cause
-
-
-def _split(tensor: Tensor, sizes: list[int] | None, parts: int) -> list[Tensor]:
-    """``tensor`` cut along dim 0 into ``sizes`` rows each, or into ``parts`` equal parts."""
-    return list(torch.split(tensor, sizes) if sizes else tensor.chunk(parts))
-
-
-def backend_for(device: torch.device) -> str:
-    """The torch.distributed backend for a device: gloo for cpu, nccl for cuda.
-
-    :raises ValueError: any other device type.
-    """
-    if device.type == "cpu":
-        return "gloo"
-    if device.type == "cuda":
-        return "nccl"
-    raise ValueError(f"device: expected a cpu or cuda device, got {device}")

@@ -8,25 +8,18 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from torch.distributed import ProcessGroup
 
-from gangmesh._checks import InvalidTypeError
+from gangmesh._checks import InvalidTypeError, check_timeout
+from gangmesh.default_group import backend_for, default_device
 from gangmesh.environment import LaunchEnvironment, read_launch_environment
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
-from gangmesh.process_group_gang import ProcessGroupGang, backend_for
+from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.rendezvous import disagreement, job_store, meet, started_with
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
 
 log = logging.getLogger("gangmesh")
-
-
-def default_device(local_rank: int = 0) -> torch.device:
-    """cuda:LOCAL_RANK when CUDA is available, else cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
 
 
 def setup_root_gang(
@@ -60,10 +53,11 @@ def setup_root_gang(
     """
     if device is not None and not isinstance(device, torch.device):
         raise InvalidTypeError(f"device: expected a torch.device or None, got {device!r}")
-    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
+    timeout = check_timeout(timeout)
     if dist.is_available() and dist.is_initialized():
-        return _wrap_default_group(device, timeout, monitored, high_priority)
+        return ProcessGroupGang.from_default_process_group(
+            device, timeout=timeout, monitored=monitored, high_priority=high_priority
+        )
     env = read_launch_environment()
     device = device or default_device(env.local_rank if env else 0)
     backend = backend_for(device)  # validates the device type before anything starts
@@ -105,26 +99,3 @@ def _say_alone_once(env: LaunchEnvironment | None) -> None:
             how,
         )
         _said_alone = True
-
-
-def _wrap_default_group(
-    device: torch.device | None, timeout: timedelta | None, monitored: bool, high_priority: bool
-) -> ProcessGroupGang:
-    world = dist.group.WORLD
-    assert isinstance(world, ProcessGroup)
-    if device is None:
-        if dist.get_backend(world) == "nccl":
-            device = torch.device("cuda", torch.cuda.current_device())
-        else:
-            device = torch.device("cpu")
-    return ProcessGroupGang(
-        world,
-        device,
-        name="root",
-        timeout=timeout,
-        monitored=monitored,
-        high_priority=high_priority,
-    )
-
-
-setup_default_gang = setup_root_gang

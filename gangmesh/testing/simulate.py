@@ -11,7 +11,8 @@ import torch.distributed as dist
 
 from gangmesh import _c10d
 from gangmesh._checks import check_index, check_positive
-from gangmesh.gangs import Gangs, create_gangs
+from gangmesh.factories import create_gangs
+from gangmesh.gangs import Gangs
 from gangmesh.process_group_gang import ProcessGroupGang
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from datetime import timedelta
 
 import pytest
@@ -75,8 +76,56 @@ def test_gangs_by_name_and_alias():
         assert gangs["dp_replicate"] is gangs.rdp and gangs["root"] is gangs.root
         assert members(gangs["dp_shard_cp"]) == members(gangs.sdp)
         assert members(gangs["edp"]) == gangs.plan.group_of(13, "edp")
-        with pytest.raises(ValueError, match="name: expected one of root"):
+        with pytest.raises(KeyError, match="gang 'model': expected one of root"):
             gangs["model"]
+
+
+def test_gangs_are_a_read_only_mapping_from_name_to_gang():
+    with simulate_gangs(8, 5, tp=2, ep=2) as gangs:
+        names = list(gm.topology.GANG_NAMES)
+        assert isinstance(gangs, Mapping)
+        assert list(gangs) == list(gangs.keys()) == names and len(gangs) == len(names)
+        assert [id(g) for g in gangs.values()] == [id(getattr(gangs, n)) for n in names]
+        assert dict(gangs.items()) == {name: getattr(gangs, name) for name in names}
+        # Lookup also takes root, the full dimension names and the flattened ones built.
+        for name in ("tp", "sdp", "root", "dp_shard", "dp_replicate", "dp_shard_cp", "dp_cp"):
+            assert name in gangs and gangs.get(name) is gangs[name], name
+        # Not an integer index: membership of other names and of ints is just False.
+        assert "tensor" not in gangs and 0 not in gangs and None not in gangs
+        assert gangs.get("dp") is gangs.dp and gangs.get("nope") is None
+        default = gm.FakeGang(CPU)
+        assert gangs.get("nope", default) is default
+
+
+def test_an_unknown_gang_name_is_a_key_error_naming_the_valid_ones():
+    with simulate_gangs(4, 1, tp=2) as gangs:
+        with pytest.raises(KeyError) as raised:
+            gangs["tensor"]
+        (message,) = raised.value.args
+        assert message.startswith("gang 'tensor': expected one of root, dp_replicate, dp_shard, ")
+        listed = message.rpartition("expected one of ")[2].split(", ")
+        assert {*gm.topology.GANG_NAMES, "root", "dp_shard_cp", "dp_cp"} <= set(listed)
+        assert all(name in gangs for name in listed)
+
+
+def test_hand_built_gangs_lack_the_flattened_gangs_and_say_so():
+    gangs = gm.create_fake_gangs(CPU)
+    assert "dp_cp" not in gangs and gangs.get("dp_shard_cp") is None
+    assert "sdp" in gangs and gangs["dp_shard"] is gangs.sdp
+    with pytest.raises(KeyError, match="gang 'dp_cp': expected one of root, "):
+        gangs["dp_cp"]
+
+
+def test_the_gangs_of_a_gangs_cannot_be_replaced_and_equality_is_identity():
+    first, second = gm.create_fake_gangs(CPU), gm.create_fake_gangs(CPU)
+    with pytest.raises(AttributeError, match="tp: the gangs of a Gangs are read-only"):
+        first.tp = second.tp
+    # Same names and gangs, still two objects: a Gangs is equal only to itself and hashable.
+    shared = gm.FakeGang(CPU)
+    a = gm.Gangs(root=shared, dp=shared, rdp=shared, sdp=shared, tp=shared, pp=shared)
+    b = gm.Gangs(root=shared, dp=shared, rdp=shared, sdp=shared, tp=shared, pp=shared)
+    assert a == a and a != b and len({a, b, a}) == 2
+    assert dict(a.items()).keys() == dict(b.items()).keys()
 
 
 def test_repr_names_each_gang_its_rank_size_and_members():

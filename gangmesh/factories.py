@@ -1,0 +1,182 @@
+"""The ways to make a Gangs: from a layout, fairseq2's data/tensor split, FSDP/HSDP, one process."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gangmesh import mesh_build
+from gangmesh._checks import InvalidTypeError, check_positive, check_timeout
+from gangmesh.fake_gang import FakeGang
+from gangmesh.gang import DEFAULT_TIMEOUT, Gang
+from gangmesh.gangs import Gangs
+from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.rendezvous import LayoutAgreement
+from gangmesh.topology import MeshTopology
+
+log = logging.getLogger("gangmesh")
+
+
+def create_gangs(
+    root_gang: Gang,
+    *,
+    pp: int = 1,
+    dp_replicate: int = 1,
+    dp_shard: int = -1,
+    cp: int = 1,
+    tp: int = 1,
+    ep: int = 1,
+    etp: int = 1,
+    order: str | tuple[str, ...] | list[str] | None = None,
+    timeout: timedelta | None = None,
+) -> Gangs:
+    """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
+
+    The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
+    outermost first unless ``order`` says otherwise; ``Gangs.meshes`` adds meshes
+    with dimensions merged ("dp_shard_cp", "dp_cp", "dp"), the expert mesh ("pp",
+    "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (at
+    ep = 1 too), all over the gangs' groups. Exactly one size may be
+    -1 (inferred). ``timeout``
+    (default: the root gang's) is the timeout of every group created; the root's
+    ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
+    members share one communicator; a dimension of size 1 has none.
+
+    Every process of the root gang calls it with the same arguments. With a
+    FakeGang root of size N it returns the FakeGangs of the plan instead.
+
+    :param root_gang: the gang of every process, from :func:`setup_root_gang`.
+    :param pp: pipeline parallel size (stages).
+    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
+    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
+    :param cp: context parallel size.
+    :param tp: tensor parallel size.
+    :param ep: expert parallel size.
+    :param etp: tensor parallel size of the experts: 1 or ``tp``.
+    :param order: the dense dimensions, outermost first, as a sequence or a
+        comma-separated string.
+    :param timeout: timeout of every group created; default: the root gang's.
+    :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
+        the expert view broken, or a root gang that is not the default group's.
+    :raises GangError: a process group cannot be created.
+    """
+    if not isinstance(root_gang, Gang):
+        raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
+    if root_gang.supports_process_group and (
+        not isinstance(root_gang, ProcessGroupGang)
+        or root_gang.as_process_group() is not dist.group.WORLD
+    ):
+        raise ValueError(
+            f"root_gang: expected the gang of the default process group "
+            f"(size {dist.get_world_size()}), got {root_gang.describe()}"
+        )
+    sizes = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
+    request = {**sizes, "ep": ep, "etp": etp, "order": order, "timeout": timeout}
+    agreeing = LayoutAgreement(root_gang, request)
+    try:
+        plan = _plan(root_gang.size, sizes, ep, etp, order)
+        timeout = check_timeout(timeout)
+    except ValueError:
+        agreeing.leave_request()
+        raise
+    if not isinstance(root_gang, ProcessGroupGang):
+        return Gangs._of(root_gang, plan, mesh_build.fake_gangs(root_gang, plan), timeout)
+    timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
+    agreeing.wait(timeout)
+    log.info("Creating gangs %s", plan)
+    return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
+
+
+def _plan(world_size: int, sizes: dict[str, Any], ep: Any, etp: Any, order: Any) -> MeshTopology:
+    """The plan; in a job of one process a failure says how to start more."""
+    try:
+        return MeshTopology(world_size, **sizes, ep=ep, etp=etp, order=order)
+    except ValueError as ex:
+        wanted = math.prod(v for v in sizes.values() if isinstance(v, int) and v > 1)
+        raise _with_hint(ex, world_size, wanted) from None
+
+
+def _with_hint(error: ValueError, world_size: int, wanted: int) -> ValueError:
+    """``error``, saying how to start ``wanted`` processes where the job has one."""
+    if world_size == 1 and wanted > 1:
+        return ValueError(
+            f"{error}; this job has one process: run it under torchrun --nproc-per-node "
+            f"{wanted} (or srun -n {wanted})"
+        )
+    return error
+
+
+def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
+    """Data and tensor parallel gangs: tp groups of ``tp_size`` adjacent ranks.
+
+    For 8 processes and ``tp_size=2``: tp [0,1] [2,3] [4,5] [6,7] and dp
+    [0,2,4,6] [1,3,5,7]. Data parallelism is replicated (rdp = dp, sdp of size
+    1) until :func:`create_fsdp_gangs` splits it.
+
+    :param root_gang: the gang of every process.
+    :param tp_size: the tensor parallel size.
+    :raises ValueError: ``tp_size`` is not a positive factor of the root size
+        (in a job of one process, saying how to start more).
+    """
+    tp_size = check_positive("tp_size", tp_size)
+    if root_gang.size % tp_size:
+        error = ValueError(
+            f"tp_size: expected a factor of root_gang.size ({root_gang.size}), got {tp_size}"
+        )
+        raise _with_hint(error, root_gang.size, tp_size)
+    return create_gangs(root_gang, dp_replicate=-1, dp_shard=1, tp=tp_size)
+
+
+def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs:
+    """Split the data parallel gang for FSDP (no ``intra_node_size``) or HSDP.
+
+    Without ``intra_node_size``: sdp = dp and rdp has size 1 (fully sharded).
+    With it: sdp groups of ``intra_node_size`` consecutive dp ranks, rdp groups
+    strided by it; for 8 processes and 4: sdp [0,1,2,3] [4,5,6,7], rdp [0,4]
+    [1,5] [2,6] [3,7]. Works with any tp size, on gloo and NCCL. Returns new
+    Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
+    ``gangs`` where the members are the same.
+
+    :param gangs: the gangs to split the data parallel gang of.
+    :param intra_node_size: the sharded (sdp) size for HSDP; None for FSDP.
+    :raises ValueError: ``intra_node_size`` does not divide ``gangs.dp.size``
+        (in a job of one process, saying how to start more).
+    """
+    dp_size = gangs.dp.size
+    if intra_node_size is None:
+        replicate, shard = 1, dp_size
+    else:
+        shard = check_positive("intra_node_size", intra_node_size)
+        if dp_size % shard:
+            error = ValueError(
+                f"intra_node_size: expected a factor of gangs.dp.size ({dp_size}), got {shard}"
+            )
+            raise _with_hint(error, gangs.root.size, shard)
+        replicate = dp_size // shard
+    sizes = gangs.plan.sizes()
+    return create_gangs(
+        gangs.root,
+        pp=sizes["pp"],
+        dp_replicate=replicate,
+        dp_shard=shard,
+        cp=sizes["cp"],
+        tp=sizes["tp"],
+        ep=sizes["ep"],
+        etp=sizes["etp"],
+        order=gangs.plan.order,
+        timeout=gangs.timeout,
+    )
+
+
+def create_fake_gangs(device: torch.device) -> Gangs:
+    """Gangs of one process (FakeGangs of size 1) on ``device``.
+
+    :param device: where the tensors passed to the collectives live.
+    """
+    gang = FakeGang(device)
+    return Gangs(root=gang, dp=gang, rdp=gang, sdp=gang, tp=gang, pp=gang)
