@@ -4,11 +4,10 @@ process, with FSDP2 over dp_shard x cp and tensor parallelism beside it."""
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 
-from tests.dist.launch import REPO, run_command, torchrun
+from tests.dist.launch import REPO, processes, torchrun_like
 
 pytestmark = pytest.mark.dist
 
@@ -39,7 +38,7 @@ def assert_matches_one_process(output: str) -> None:
 @pytest.mark.parametrize("name", list(RUNS))
 def test_cp_recipe_matches_one_process_and_shards_over_dp_shard_cp(name):
     nproc, flags, layout, shard = RUNS[name]
-    run = torchrun(SCRIPT, nproc, *flags, timeout=300)
+    run = torchrun_like(SCRIPT, nproc, *flags, timeout=300)
     assert run.returncode == 0, run.output
     assert f"{layout}, 4 positions per process" in run.output, run.output
     assert f"blocks[0].attention.q.weight: local shard {shard} of global (32, 32)" in run.output
@@ -47,7 +46,7 @@ def test_cp_recipe_matches_one_process_and_shards_over_dp_shard_cp(name):
 
 
 def test_cp_recipe_as_one_process_without_torchrun():
-    run = run_command([sys.executable, str(SCRIPT), "--cp", "1"], timeout=180)
+    run = processes(str(SCRIPT), 1, "--cp", "1", timeout=180, env_of=lambda rank: {})
     assert run.returncode == 0, run.output
     assert "running as a job of one process" in run.output
     assert (
