@@ -20,26 +20,16 @@ from html import escape
 
 import numpy as np
 
+from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
 from gangmesh.locality import LocalityFinding, check_ranks_per_node
-from gangmesh.render import finding_label, findings_text, group_count, group_ids
-from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, MeshTopology
+from gangmesh.render import finding_label, findings_text
+from gangmesh.topology import MeshTopology
 
 SVG_FULL_RANKS = 256
 """Worlds up to this size are drawn whole; larger ones through a window of ranks."""
 
 SVG_WINDOW_RANKS = 64
 """About how many ranks (whole nodes where they fit) the window of a large world shows."""
-
-DESCRIPTIONS: dict[str, str] = {
-    "pp": "pipeline parallel: a group is one pipeline, one rank per stage",
-    "dp_replicate": "replicated data parallel (HSDP replicas)",
-    "dp_shard": "sharded data parallel (FSDP shards)",
-    "cp": "context parallel",
-    "tp": "tensor parallel",
-    "efsdp": "expert weight sharding (expert view)",
-    "ep": "expert parallel (expert view)",
-    "etp": "expert tensor parallel (expert view)",
-}
 
 _MARKS = {True: ("#dc2626", "to fix"), False: ("#d97706", "unavoidable")}
 _LISTED = 1 << 16  # groups up to this size are listed whole to find the nodes they touch
@@ -126,8 +116,7 @@ def plan_svg(
     digits = max(len(str(hi - 1)), len(str(plan.world_size)) + 1)
     grid = _Grid.build(lo, hi, per_node, cols, max(36, 7 * digits + 10))
     findings = {f.dim: f for f in plan.check_locality(per_node)} if per_node else {}
-    dims = [d for d, s in plan.dims.items() if s > 1]
-    dims += [d for d, s in plan.expert_dims.items() if d in EXPERT_DIMS and s > 1]
+    dims = [d for d in (*plan.order, *EXPERT_DIMS) if plan.size_of(d) > 1]
     panels = [_Panel.draw(plan, dim, grid, findings.get(dim), rank) for dim in dims]
 
     title = f"{plan.world_size} ranks"
@@ -213,10 +202,10 @@ class _Panel:
     def draw(
         plan: MeshTopology, dim: str, grid: _Grid, finding: LocalityFinding | None, rank: int | None
     ) -> _Panel:
-        size, count = plan.size_of(dim), group_count(plan, dim)
-        ids = group_ids(plan, dim, grid.ranks)
+        size, count = plan.size_of(dim), plan.group_count(dim)
+        ids = plan.group_ids(dim, grid.ranks)
         drawn = np.unique(ids)
-        header = f"{dim}: {DESCRIPTIONS[dim]}"
+        header = f"{dim}: {FACTS[Dim(dim)].description}"
         totals = f"{count} groups of {size} ranks"
         if len(grid.ranks) < plan.world_size:
             totals += f"; {len(drawn)} of them have ranks drawn here"
@@ -226,14 +215,14 @@ class _Panel:
         ]
         top = 40
         parts += [_text(0, top + y + 22, text, 11, fill="#333") for y, text in grid.labels]
-        positions = plan.view(expert=dim in EXPERT_DIMS).coordinates(grid.ranks)[dim]
+        positions = plan.view_of(dim).coordinates(grid.ranks)[dim]
         scene = _Scene(
             dim=dim,
             size=size,
             grid=grid,
             top=top,
             rank=rank,
-            of_rank=-1 if rank is None else int(group_ids(plan, dim, np.array([rank]))[0]),
+            of_rank=-1 if rank is None else int(plan.group_ids(dim, np.array([rank]))[0]),
             positions=dict(zip(grid.ranks.tolist(), positions.tolist(), strict=True)),
         )
         marks: set[bool] = set()
@@ -305,7 +294,7 @@ def _group(
     w, fill = grid.cell_w, _colour(group)
     stroke = ' stroke="#111111" stroke-width="3"' if mine else ' stroke="#ffffff"'
     dash = "" if finding is None else _MARKS[finding.avoidable][0]
-    role = "stage" if dim == "pp" else "rank"
+    role = FACTS[Dim(dim)].member
     for r in shown:
         x, y = grid.spots[r]
         y += top
