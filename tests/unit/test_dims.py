@@ -35,7 +35,7 @@ def test_the_derived_tuples_are_the_documented_layout():
     assert dims.DENSE_DIMS == ("pp", "dp_replicate", "dp_shard", "cp", "tp")
     assert dims.SHARED_DIMS == ("pp", "dp_replicate")
     assert dims.EXPERT_DIMS == ("efsdp", "ep", "etp")
-    assert dims.SIZE_NAMES == (*dims.DENSE_DIMS, "ep", "etp")
+    assert dims.SIZE_NAMES == ("pp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "etp")
     assert dims.LOCALITY_PRIORITY == ("tp", "etp", "cp", "ep", "dp_shard", "efsdp")
     assert dims.GANG_NAMES == ("dp", "rdp", "sdp", "tp", "pp", "cp", "ep", "efsdp", "etp", "edp")
     assert dims.ALIASES["rdp"] == ("dp_replicate",) and dims.ALIASES["sdp"] == ("dp_shard",)

@@ -58,7 +58,7 @@ def test_megatron_orders_read_innermost_first_with_dp_for_both_data_dims(megatro
 )
 def test_bad_megatron_orders_say_what_is_expected(bad):
     with pytest.raises(
-        ValueError, match="^order: expected Megatron-Core's spelling, innermost first"
+        ValueError, match=r"^order: expected Megatron-Core.s spelling, innermost first"
     ):
         parse_order(bad)
 
