@@ -241,7 +241,10 @@ MEGATRON_NAMES: dict[Dim, str] = {d: f.megatron for d, f in FACTS.items() if f.m
 
 
 def field_name(dim: Dim) -> str:
-    """The name of a dimension's gang on Gangs: fairseq2's short name where it has one."""
+    """The name of a dimension's gang on Gangs: fairseq2's short name where it has one.
+
+    :param dim: a dimension.
+    """
     return FACTS[dim].fairseq2 or dim.value
 
 
@@ -261,7 +264,10 @@ LOCALITY_PRIORITY: tuple[Dim, ...] = tuple(
 
 
 def option(name: str) -> str:
-    """The command-line spelling of a name: ``dp_shard`` -> ``--dp-shard``."""
+    """The command-line spelling of a name: ``dp_shard`` -> ``--dp-shard``.
+
+    :param name: a dimension or another argument name.
+    """
     return "--" + name.replace("_", "-")
 
 

@@ -32,6 +32,13 @@ class Layout:
     >>> Layout(tp=2).resolve(8)
     {'pp': 1, 'dp_replicate': 1, 'dp_shard': 4, 'cp': 1, 'tp': 2}
 
+    :param pp: pipeline parallel size (stages).
+    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
+    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
+    :param cp: context parallel size.
+    :param tp: tensor parallel size.
+    :param ep: expert parallel size.
+    :param etp: tensor parallel size of the experts: 1 or ``tp``.
     :param order: the dense dimensions, outermost first, as a sequence or a
         comma-separated string; or Megatron-Core's spelling, innermost first with
         dashes (``"tp-cp-ep-dp-pp"``, as :meth:`megatron_order` writes it).
@@ -81,7 +88,10 @@ class Layout:
         return {name: getattr(self, name) for name in SIZE_NAMES}
 
     def size(self, name: str) -> int:
-        """The size asked for dimension ``name`` (one of the sizes a layout asks for)."""
+        """The size asked for dimension ``name``.
+
+        :param name: one of the sizes a layout asks for (:data:`gangmesh.dims.SIZE_NAMES`).
+        """
         return int(getattr(self, Dim(name).value))
 
     def keywords(self) -> dict[str, Any]:
@@ -93,6 +103,7 @@ class Layout:
     def resolve(self, world_size: int) -> dict[Dim, int]:
         """The dense sizes in the default order, the -1 inferred from ``world_size``.
 
+        :param world_size: number of processes in the job.
         :raises ValueError: sizes whose product is not ``world_size`` (naming the
             dimensions, sizes and world size).
         """
@@ -133,6 +144,8 @@ class Layout:
 def parse_order(order: OrderArg) -> tuple[Dim, ...]:
     """The dense order, outermost first, of an order as given.
 
+    :param order: dense names outermost first (a sequence or a comma-separated string),
+        Megatron-Core's spelling (innermost first, dashes), or None for the default.
     :raises ValueError: not a permutation of the dense names (or of Megatron-Core's).
     """
     if order is None:

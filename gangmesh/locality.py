@@ -74,12 +74,18 @@ def check_ranks_per_node(world_size: int, ranks_per_node: int) -> int:
 
 def checked_dims(plan: Plan) -> list[Dim]:
     """The dimensions whose groups :func:`find_crossings` checks, for this plan, the most
-    important first."""
+    important first.
+
+    :param plan: the layout to check.
+    """
     return [name for name in LOCALITY_PRIORITY if plan.size_of(name) > 1 and _checks(plan, name)]
 
 
 def unchecked_dims(plan: Plan) -> list[Dim]:
-    """The dimensions of size > 1 whose groups are meant to cross nodes, in mesh order."""
+    """The dimensions of size > 1 whose groups are meant to cross nodes, in mesh order.
+
+    :param plan: the layout to check.
+    """
     return [
         name
         for name in MESH_DIMS

@@ -114,6 +114,8 @@ class MeshTopology:
         >>> MeshTopology.from_layout(8, Layout(tp=2)) == MeshTopology(8, tp=2)
         True
 
+        :param world_size: number of processes in the job.
+        :param layout: the sizes and order asked for.
         :raises ValueError: as :class:`MeshTopology` does.
         """
         plan = cls.__new__(cls)

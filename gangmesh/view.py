@@ -112,19 +112,28 @@ def coordinate_at(view: View, position: int) -> dict[str, int]:
 
 def borrowed_dims(etp: int) -> tuple[Dim, ...]:
     """The dense dimensions whose ranks expert parallelism borrows: dp_shard and cp, and
-    tp too when the experts have no tensor parallelism of their own (etp = 1)."""
+    tp too when the experts have no tensor parallelism of their own (etp = 1).
+
+    :param etp: the experts' tensor parallel size.
+    """
     return tuple(d for d in DENSE_DIMS if d not in SHARED_DIMS and (etp == 1 or d != Dim.TP))
 
 
 def shared_outermost(order: tuple[str, ...]) -> bool:
     """Whether the dimensions the expert view shares are the outermost of ``order``
-    (the rule for ep > 1: dense and expert layers share stages and replicas)."""
+    (the rule for ep > 1: dense and expert layers share stages and replicas).
+
+    :param order: dense dimension names, outermost first.
+    """
     return set(order[: len(SHARED_DIMS)]) == set(SHARED_DIMS)
 
 
 def tp_innermost(order: tuple[str, ...]) -> bool:
     """Whether tp is the innermost of ``order`` (the rule for ep > 1 with etp = tp:
-    expert and dense layers share the tp groups)."""
+    expert and dense layers share the tp groups).
+
+    :param order: dense dimension names, outermost first.
+    """
     return order[-1] == Dim.TP
 
 
@@ -135,6 +144,9 @@ def expert_view(dense: View, ep: int, etp: int) -> View:
     With ep = 1 the view may take the dense dimensions in another order than the dense
     view; with ep > 1 the order rules keep it row-major over the ranks.
 
+    :param dense: the dense view.
+    :param ep: expert parallel size.
+    :param etp: the experts' tensor parallel size: 1 or tp.
     :raises ValueError: ``etp`` is neither 1 nor tp, the order breaks a rule for
         ep > 1, or ``ep`` does not divide the ranks it borrows.
     """
