@@ -269,11 +269,3 @@ def option(name: str) -> str:
     :param name: a dimension or another argument name.
     """
     return "--" + name.replace("_", "-")
-
-
-def known_dim(name: object) -> Dim | None:
-    """The dimension called ``name`` (a Dim or its string), or None."""
-    try:
-        return Dim(name)
-    except ValueError:
-        return None
