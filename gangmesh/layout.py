@@ -76,7 +76,7 @@ class Layout:
         dense = _check_dense({name: given[name] for name in DENSE_DIMS})
         for name in SIZE_NAMES:
             value = dense[name] if name in dense else check_positive(name, given[name])
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name.value, value)
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
@@ -85,7 +85,7 @@ class Layout:
 
     def sizes(self) -> dict[Dim, int]:
         """Every size asked for, -1 included: the five dense ones, then ep and etp."""
-        return {name: getattr(self, name) for name in SIZE_NAMES}
+        return {name: getattr(self, name.value) for name in SIZE_NAMES}
 
     def size(self, name: str) -> int:
         """The size asked for dimension ``name``.

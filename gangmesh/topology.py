@@ -60,7 +60,8 @@ class MeshTopology:
 
     Exactly one dense size may be -1; it is inferred from ``world_size``. ``order``
     is a permutation of the dense names, outermost first (a sequence, or a string
-    such as ``"tp,pp,dp_replicate,dp_shard,cp"``).
+    such as ``"tp,pp,dp_replicate,dp_shard,cp"``), or the Megatron-Core spelling that
+    :meth:`megatron_order` writes. :meth:`from_layout` takes a checked :class:`~gangmesh.layout.Layout`.
 
     >>> plan = MeshTopology(8, tp=2)
     >>> plan.dims
@@ -83,7 +84,7 @@ class MeshTopology:
     :param tp: tensor parallel size.
     :param ep: expert parallel size.
     :param etp: tensor parallel size of the experts: 1 or ``tp``.
-    :param order: the dense dimensions, outermost first.
+    :param order: the dense dimensions, outermost first (or Megatron-Core's spelling).
     :raises ValueError: sizes that are not positive or whose product is not
         ``world_size`` (naming the dimensions, sizes and world size), or ``ep``,
         ``etp`` or ``order`` breaking a rule (naming it).
