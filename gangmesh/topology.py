@@ -61,7 +61,8 @@ class MeshTopology:
     Exactly one dense size may be -1; it is inferred from ``world_size``. ``order``
     is a permutation of the dense names, outermost first (a sequence, or a string
     such as ``"tp,pp,dp_replicate,dp_shard,cp"``), or the Megatron-Core spelling that
-    :meth:`megatron_order` writes. :meth:`from_layout` takes a checked :class:`~gangmesh.layout.Layout`.
+    :meth:`megatron_order` writes. :meth:`from_layout` takes a checked
+    :class:`~gangmesh.layout.Layout`.
 
     >>> plan = MeshTopology(8, tp=2)
     >>> plan.dims
