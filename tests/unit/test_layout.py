@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -70,3 +71,12 @@ def test_agreement_compares_layouts_so_equal_ones_spelled_differently_agree():
     assert default["order"] is None and list(default)[-1] == "timeout"
     raw = {"tp": 0, "order": None}
     assert _normalized(raw) == raw
+
+
+def test_a_plans_layout_changed_with_replace_is_checked_and_planned_again():
+    plan = MeshTopology(8, tp=2, order="pp,dp_replicate,dp_shard,tp,cp")
+    hsdp = dataclasses.replace(plan.layout, dp_replicate=2, dp_shard=2)
+    expected = MeshTopology(8, dp_replicate=2, dp_shard=2, tp=2, order=plan.order)
+    assert MeshTopology.from_layout(8, hsdp) == expected
+    with pytest.raises(ValueError, match=r"^tp: expected a positive int or -1, got 0$"):
+        dataclasses.replace(plan.layout, tp=0)
