@@ -229,9 +229,12 @@ EXPERT_DIMS: tuple[Dim, ...] = tuple(d for d in MESH_DIMS if FACTS[d].expert)
 FLATTENED: dict[Dim, tuple[Dim, ...]] = {d: f.members for d, f in FACTS.items() if f.members}
 """Flattened dimensions: a name for several dimensions taken together, in mesh order."""
 
+FAIRSEQ2_NAMES: dict[str, Dim] = {f.fairseq2: d for d, f in FACTS.items() if f.fairseq2}
+"""fairseq2's short name of a gang -> the dimension it stands for ("rdp" -> dp_replicate)."""
+
 ALIASES: dict[str, tuple[Dim, ...]] = {d: f.members for d, f in FACTS.items() if f.members}
 """Every name that stands for other dimensions: flattened ones and fairseq2's short names."""
-ALIASES.update({f.fairseq2: (d,) for d, f in FACTS.items() if f.fairseq2})
+ALIASES.update({name: (d,) for name, d in FAIRSEQ2_NAMES.items()})
 
 SIZE_NAMES: tuple[Dim, ...] = tuple(d for d, f in FACTS.items() if f.default is not None)
 """The sizes a layout asks for (the keywords of MeshTopology and create_gangs), in order."""
@@ -248,10 +251,13 @@ def field_name(dim: Dim) -> str:
     return FACTS[dim].fairseq2 or dim.value
 
 
-GANG_NAMES: tuple[str, ...] = tuple(
-    map(field_name, (Dim.DP, Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.TP, Dim.PP, Dim.CP, Dim.EP,
-                     Dim.EFSDP, Dim.ETP, Dim.EDP))
+GANG_DIMS: tuple[Dim, ...] = (
+    Dim.DP, Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.TP, Dim.PP, Dim.CP, Dim.EP, Dim.EFSDP, Dim.ETP,
+    Dim.EDP,
 )  # fmt: skip
+"""The dimension of each parallel gang of a job, in the order of the fields of Gangs."""
+
+GANG_NAMES: tuple[str, ...] = tuple(map(field_name, GANG_DIMS))
 """The parallel gangs of a job (the fields of Gangs besides root), each a dimension or alias."""
 
 LOCALITY_PRIORITY: tuple[Dim, ...] = tuple(

@@ -11,7 +11,6 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from gangmesh._checks import InvalidTypeError
-from gangmesh.dims import ROOT
 from gangmesh.environment import LaunchEnvironment, read_launch_environment
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.process_group_gang import ProcessGroupGang, backend_for
@@ -121,7 +120,7 @@ def _wrap_default_group(
     return ProcessGroupGang(
         world,
         device,
-        name=ROOT,
+        name="root",
         timeout=timeout,
         monitored=monitored,
         high_priority=high_priority,

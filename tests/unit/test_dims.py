@@ -10,6 +10,7 @@ import pytest
 import gangmesh as gm
 from gangmesh import dims
 from gangmesh.dims import FACTS, Dim
+from gangmesh.testing import simulate_gangs
 from gangmesh.topology import MeshTopology
 
 
@@ -57,3 +58,10 @@ def test_every_size_a_layout_asks_for_is_an_option_with_the_planners_default():
         assert FACTS[name].default == gm.MeshTopology.__init__.__kwdefaults__[name]
         assert gm.create_gangs.__kwdefaults__[name] == FACTS[name].default
     assert dims.option(Dim.DP_REPLICATE) == "--dp-replicate"
+
+
+def test_each_gangs_field_names_its_dimension():
+    with simulate_gangs(16, 5, dp_replicate=2, tp=2, cp=2, ep=2) as simulated:
+        for field, dim in zip(dims.GANG_NAMES, dims.GANG_DIMS, strict=True):
+            assert getattr(simulated, field) is simulated[dim]
+            assert dims.FAIRSEQ2_NAMES.get(field, field) == dim
