@@ -32,13 +32,8 @@ class Layout:
     >>> Layout(tp=2).resolve(8)
     {'pp': 1, 'dp_replicate': 1, 'dp_shard': 4, 'cp': 1, 'tp': 2}
 
-    :param pp: pipeline parallel size (stages).
-    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
-    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
-    :param cp: context parallel size.
-    :param tp: tensor parallel size.
-    :param ep: expert parallel size.
-    :param etp: tensor parallel size of the experts: 1 or ``tp``.
+    Each size is an attribute of the same name; see :class:`~gangmesh.MeshTopology`.
+
     :param order: the dense dimensions, outermost first, as a sequence or a
         comma-separated string; or Megatron-Core's spelling, innermost first with
         dashes (``"tp-cp-ep-dp-pp"``, as :meth:`megatron_order` writes it).
@@ -47,12 +42,19 @@ class Layout:
     """
 
     pp: int
+    """Pipeline stages."""
     dp_replicate: int
+    """Replicas of HSDP (replicated data parallel)."""
     dp_shard: int
+    """Shards of FSDP (sharded data parallel); -1: inferred."""
     cp: int
+    """Context parallel size."""
     tp: int
+    """Tensor parallel size."""
     ep: int
+    """Expert parallel size."""
     etp: int
+    """Tensor parallel size of the experts: 1 or tp."""
     order: tuple[Dim, ...]
     """The dense dimensions, outermost first."""
 
