@@ -211,7 +211,8 @@ def _check_parameters(
     attribute of the same name (the fields of a dataclass, a documented descriptor).
     """
     if what not in ("class", "function", "method") or (
-        what == "class" and issubclass(obj, (BaseException, enum.Enum))
+        what == "class"
+        and (issubclass(obj, (BaseException, enum.Enum)) or getattr(obj, "_is_protocol", False))
     ):
         return
     target = obj.__init__ if what == "class" else obj

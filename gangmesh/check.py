@@ -13,12 +13,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gangmesh.dims import GANG_NAMES, ROOT
 from gangmesh.gang import Gang, GangError, ReduceOperation
 from gangmesh.gangs import Gangs
 from gangmesh.ops import all_gather_objects
-from gangmesh.topology import GANG_NAMES, MeshTopology
+from gangmesh.topology import MeshTopology
 
-CHECKED_GANGS: tuple[str, ...] = ("root", *GANG_NAMES)
+CHECKED_GANGS: tuple[str, ...] = (ROOT, *GANG_NAMES)
 """The gangs the report lists, in its order."""
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
@@ -67,7 +68,7 @@ def check_gangs(
         if rank == 0:
             print(f"[{step}/{len(CHECKED_GANGS)}] checking {name} (size {gang.size})...",
                   file=sys.stderr, flush=True)  # fmt: skip
-        members = list(range(plan.world_size)) if name == "root" else plan.group_of(rank, name)
+        members = list(range(plan.world_size)) if name == ROOT else plan.group_of(rank, name)
         report = GangReport(name, gang.size)
         report.problems.extend(_membership_problems(gang, members, rank))
         if not report.problems:
@@ -176,7 +177,7 @@ def summarize(
     for index, name in enumerate(CHECKED_GANGS):
         reports = [reports[index] for reports in everything]
         size = reports[0].size
-        groups = 1 if name == "root" else plan.world_size // plan.size_of(name)
+        groups = 1 if name == ROOT else plan.group_count(name)
         ok = not any(r.problems for r in reports)
         row = f"{name:<5} {size:>5} {groups:>7}  {'pass' if ok else 'FAIL':<5}"
         entry: dict[str, Any] = {"size": size, "groups": groups, "pass": ok, "sizes": {}}

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 from datetime import timedelta
-from typing import Any
 
 import torch
 
@@ -26,6 +25,7 @@ from gangmesh.environment import read_launch_environment
 from gangmesh.factories import create_gangs
 from gangmesh.gang import Gang, GangError
 from gangmesh.launch import run_local_workers
+from gangmesh.layout import Layout
 from gangmesh.locality import check_ranks_per_node
 from gangmesh.ops import all_gather_objects, broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
@@ -34,11 +34,11 @@ from gangmesh.setup import setup_root_gang
 from gangmesh.topology import MeshTopology
 
 
-def check_locally(args: argparse.Namespace, dims: dict[str, Any], argv: list[str]) -> int:
+def check_locally(args: argparse.Namespace, layout: Layout, argv: list[str]) -> int:
     """Start ``--nproc`` local ranks of this same command; 0 only if all of them pass."""
     if args.nproc < 1:
         raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
-    MeshTopology(args.nproc, **dims)
+    MeshTopology.from_layout(args.nproc, layout)
     if args.ranks_per_node is not None:
         check_ranks_per_node(args.nproc, args.ranks_per_node)
     parse_sizes(args.sizes)
@@ -61,7 +61,7 @@ def check_locally(args: argparse.Namespace, dims: dict[str, Any], argv: list[str
     return 1
 
 
-def check_as_rank(args: argparse.Namespace, dims: dict[str, Any]) -> int:
+def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
     """Take part in the check as this process's rank; rank 0 prints the report."""
     timeout = timedelta(seconds=args.timeout)
     sizes = parse_sizes(args.sizes)
@@ -71,10 +71,10 @@ def check_as_rank(args: argparse.Namespace, dims: dict[str, Any]) -> int:
         if rank == 0:
             up = "1 process is" if root.size == 1 else f"{root.size} processes are"
             print(f"gangmesh check: {up} up; building the gangs...", file=sys.stderr, flush=True)
-        plan = MeshTopology(root.size, **dims)
+        plan = MeshTopology.from_layout(root.size, layout)
         if args.ranks_per_node is not None:
             check_ranks_per_node(root.size, args.ranks_per_node)
-        gangs = create_gangs(root, **dims, timeout=timeout)
+        gangs = create_gangs(root, **layout.keywords(), timeout=timeout)
         if args.inject_exit_rank == rank:
             os._exit(3)  # a crash, for fault-injection tests: no cleanup, no goodbye
         per_node = args.ranks_per_node or _ranks_per_node(args) or root.size

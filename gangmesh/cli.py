@@ -12,13 +12,15 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from gangmesh import __version__
+from gangmesh.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
 from gangmesh.environment import read_launch_environment
+from gangmesh.layout import Layout
 from gangmesh.locality import check_ranks_per_node
 from gangmesh.render import JSON_CONTENTS, plan_json, plan_table
-from gangmesh.topology import DENSE_DIMS, MeshTopology
+from gangmesh.topology import MeshTopology
 
 USAGE_ERROR = 2
 """Exit code for bad arguments and any other error the command reports in one line."""
@@ -27,8 +29,7 @@ FINDINGS_EXIT = 1
 """Exit code of ``gangmesh plan --strict`` when a locality finding is one to fix."""
 
 OPTIONS: dict[str, str] = {
-    name: "--" + name.replace("_", "-")
-    for name in ("world_size", "ranks_per_node", "rank", "order", *DENSE_DIMS, "ep", "etp")
+    name: option(name) for name in ("world_size", "ranks_per_node", "rank", "order", *SIZE_NAMES)
 }
 """The command-line spelling of each name the planner's error messages use."""
 
@@ -56,32 +57,24 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("parallel dimensions (one may be -1: inferred)")
-    group.add_argument("--pp", type=int, default=1, help="pipeline parallel size")
-    group.add_argument("--dp-replicate", type=int, default=1, help="replicated data parallel size")
-    group.add_argument("--dp-shard", type=int, default=-1, help="sharded data parallel size")
-    group.add_argument("--cp", type=int, default=1, help="context parallel size")
-    group.add_argument("--tp", type=int, default=1, help="tensor parallel size")
-    group.add_argument("--ep", type=int, default=1, help="expert parallel size")
-    group.add_argument("--etp", type=int, default=1, help="expert tensor parallel size: 1 or tp")
+    for name in SIZE_NAMES:
+        facts = FACTS[name]
+        group.add_argument(option(name), type=int, default=facts.default, help=facts.help)
     group.add_argument(
         "--order",
-        help="the five dense dimensions, comma-separated, outermost first "
-        "(default: pp,dp_replicate,dp_shard,cp,tp)",
+        help=f"the five dense dimensions, comma-separated, outermost first "
+        f"(default: {','.join(DENSE_DIMS)}); or Megatron-Core's spelling, innermost first "
+        f"with dashes, as plans print it (e.g. {Layout().megatron_order()})",
     )
 
 
-def dims_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The layout given on the command line, as create_gangs and MeshTopology take it."""
-    return {
-        "pp": args.pp,
-        "dp_replicate": args.dp_replicate,
-        "dp_shard": args.dp_shard,
-        "cp": args.cp,
-        "tp": args.tp,
-        "ep": args.ep,
-        "etp": args.etp,
-        "order": args.order,
-    }
+def layout_of(args: argparse.Namespace) -> Layout:
+    """The layout given on the command line.
+
+    :raises ValueError: a size or the order is not one a layout accepts.
+    """
+    sizes = {name: getattr(args, name) for name in SIZE_NAMES}
+    return Layout(**sizes, order=args.order)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,7 +189,7 @@ def run_plan(args: argparse.Namespace) -> int:
         raise _Failure(f"--json-content: applies to --format json only, got {args.format}")
     if args.strict and args.ranks_per_node is None:
         raise _Failure("--strict: checks locality, which needs --ranks-per-node")
-    plan = MeshTopology(args.world_size, **dims_of(args))
+    plan = MeshTopology.from_layout(args.world_size, layout_of(args))
     if args.rank is not None:
         plan.coordinate(args.rank)
     per_node = args.ranks_per_node
@@ -237,12 +230,13 @@ def run_check(args: argparse.Namespace, argv: list[str]) -> int:
         raise ValueError(
             f"--iters and --timeout: expected positive values, got {args.iters}, {args.timeout}"
         )
+    layout = layout_of(args)
     if args.init_method:
-        return check_as_rank(args, dims_of(args))
+        return check_as_rank(args, layout)
     env = read_launch_environment()
     if env is not None and env.world_size > 1:
-        return check_as_rank(args, dims_of(args))
-    return check_locally(args, dims_of(args), argv)
+        return check_as_rank(args, layout)
+    return check_locally(args, layout, argv)
 
 
 def option_spelling(message: str) -> str:

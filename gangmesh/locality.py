@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from gangmesh._checks import check_positive
+from gangmesh.dims import FACTS, LOCALITY_PRIORITY, MESH_DIMS, Dim
+from gangmesh.view import View
 
-if TYPE_CHECKING:
-    from gangmesh.topology import MeshTopology, View
 
-LOCALITY_PRIORITY: tuple[str, ...] = ("tp", "etp", "cp", "ep", "dp_shard", "efsdp")
-"""Dimensions that want to stay on one node, most important first."""
+class Plan(Protocol):
+    """What the locality check reads of a plan (a :class:`~gangmesh.MeshTopology`)."""
 
-SPREADING_OK: tuple[str, ...] = ("cp", "ep")
-"""Dimensions that may span nodes when they are larger than the room a node leaves them."""
+    @property
+    def world_size(self) -> int: ...
+
+    def size_of(self, dim: str) -> int: ...
+
+    def groups(self, dim: str) -> np.ndarray: ...
+
+    def view_of(self, dim: str) -> View: ...
 
 
 @dataclass(frozen=True)
@@ -66,17 +72,35 @@ def check_ranks_per_node(world_size: int, ranks_per_node: int) -> int:
     return per_node
 
 
-def checked_dims(plan: MeshTopology) -> list[str]:
-    """The dimensions whose groups :func:`find_crossings` checks, for this plan."""
-    hsdp = plan.size_of("dp_replicate") > 1
+def checked_dims(plan: Plan) -> list[Dim]:
+    """The dimensions whose groups :func:`find_crossings` checks, for this plan, the most
+    important first.
+
+    :param plan: the layout to check.
+    """
+    return [name for name in LOCALITY_PRIORITY if plan.size_of(name) > 1 and _checks(plan, name)]
+
+
+def unchecked_dims(plan: Plan) -> list[Dim]:
+    """The dimensions of size > 1 whose groups are meant to cross nodes, in mesh order.
+
+    :param plan: the layout to check.
+    """
     return [
         name
-        for name in ("tp", "cp", "ep", "dp_shard")
-        if plan.size_of(name) > 1 and (name != "dp_shard" or hsdp)
+        for name in MESH_DIMS
+        if FACTS[name].node_check in ("meant_to_cross", "with_replicas")
+        and plan.size_of(name) > 1
+        and not _checks(plan, name)
     ]
 
 
-def find_crossings(plan: MeshTopology, ranks_per_node: int) -> list[LocalityFinding]:
+def _checks(plan: Plan, name: Dim) -> bool:
+    check = FACTS[name].node_check
+    return check == "always" or (check == "with_replicas" and plan.size_of(Dim.DP_REPLICATE) > 1)
+
+
+def find_crossings(plan: Plan, ranks_per_node: int) -> list[LocalityFinding]:
     """Every checked dimension whose groups cross nodes, with the reason and the fix.
 
     :param plan: the layout to check.
@@ -91,7 +115,7 @@ def find_crossings(plan: MeshTopology, ranks_per_node: int) -> list[LocalityFind
         crossing = nodes.min(axis=1) != nodes.max(axis=1)
         if crossing.any():
             index = int(np.argmax(crossing))
-            view = plan.view(expert=name == "ep")
+            view = plan.view_of(name)
             avoidable, advice = _advice(name, view, per_node)
             message = (
                 f"{name}: {int(crossing.sum())} of {len(groups)} groups span nodes, e.g. "
@@ -103,7 +127,7 @@ def find_crossings(plan: MeshTopology, ranks_per_node: int) -> list[LocalityFind
     return findings
 
 
-def _advice(name: str, view: View, per_node: int) -> tuple[bool, str]:
+def _advice(name: Dim, view: View, per_node: int) -> tuple[bool, str]:
     """Whether the crossing can be avoided, and the sentence that says why and how."""
     position = view.names.index(name)
     inside = [n for n, s in zip(view.names[position + 1 :], view.sizes[position + 1 :], strict=True)
@@ -111,7 +135,7 @@ def _advice(name: str, view: View, per_node: int) -> tuple[bool, str]:
     lower = [n for n in inside if _priority(n) > _priority(name)]
     inner = math.prod(view.size(n) for n in inside)
     block = inner * view.size(name)
-    what = _traffic(name)
+    what = FACTS[name].traffic
     if lower:
         return True, (
             f"{' and '.join(lower)} {'lie' if len(lower) > 1 else 'lies'} inside {name} in "
@@ -132,28 +156,18 @@ def _advice(name: str, view: View, per_node: int) -> tuple[bool, str]:
             f"(e.g. {name}={_largest_factor(per_node // inner, view.size(name))})"
         )
     room = per_node // inner
-    if name in SPREADING_OK:
+    if FACTS[name].spreads:
         return False, (
             f"{name}={view.size(name)} is larger than the {room} ranks a node leaves it, so "
             f"{what} crosses nodes; expected at this size"
         )
-    fix = f"lower {name} to {room} or less" + (
-        " and raise dp_replicate to match" if name == "dp_shard" else ""
-    )
+    relief = FACTS[name].relief
+    fix = f"lower {name} to {room} or less" + (f" and raise {relief} to match" if relief else "")
     return True, f"{name}={view.size(name)} needs more than a node of {per_node} ranks; {fix}"
 
 
 def _priority(name: str) -> int:
     return LOCALITY_PRIORITY.index(name) if name in LOCALITY_PRIORITY else len(LOCALITY_PRIORITY)
-
-
-def _traffic(name: str) -> str:
-    return {
-        "tp": "tensor-parallel traffic (every layer)",
-        "cp": "context-parallel traffic",
-        "ep": "expert all-to-all traffic",
-        "dp_shard": "FSDP all-gather and reduce-scatter traffic",
-    }.get(name, f"{name} traffic")
 
 
 def _largest_factor(limit: int, size: int) -> int:

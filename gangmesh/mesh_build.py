@@ -13,16 +13,18 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from gangmesh import _c10d
 from gangmesh.communicators import FAKE_TIMEOUT, CommunicatorKey, Lease, acquire, lend
+from gangmesh.dims import FACTS, Dim
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang, GangError
 from gangmesh.mesh_views import build_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology
+from gangmesh.topology import MeshTopology
 
 log = logging.getLogger("gangmesh")
 
-BUILT_NAMES: tuple[str, ...] = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED)
-"""Every gang a Gangs holds besides root: each dimension and each flattened dimension."""
+BUILT_NAMES: tuple[Dim, ...] = tuple(FACTS)
+"""Every gang a Gangs holds besides root: each dimension of the registry, flattened ones
+included."""
 
 
 @dataclass

@@ -5,7 +5,15 @@ from __future__ import annotations
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
-from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, MeshTopology
+from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, FLATTENED, SHARED_DIMS, SIZE_NAMES, Dim
+from gangmesh.layout import Layout
+from gangmesh.topology import MeshTopology
+
+_DATA = Dim.DP
+"""The one data dimension a mesh may have instead of dp_replicate and dp_shard."""
+
+_DATA_AS = FLATTENED[_DATA][-1]
+"""What that dimension is read as: its innermost member (fully sharded data parallel)."""
 
 
 def read_meshes(
@@ -20,29 +28,24 @@ def read_meshes(
     :raises ValueError: unknown or missing names, or meshes that do not number the
         ranks row-major as the plan does.
     """
-    dense = _dims_of("mesh", mesh, (*DENSE_DIMS, "dp"))
-    if "dp" in dense:
-        if {"dp_shard", "dp_replicate"} & set(dense):
+    dense = _dims_of("mesh", mesh, (*DENSE_DIMS, _DATA))
+    if _DATA in dense:
+        if set(FLATTENED[_DATA]) & set(dense):
             raise ValueError(
-                f"mesh: a dimension named 'dp' cannot go with dp_shard or dp_replicate, "
-                f"got {tuple(dense)}"
+                f"mesh: a dimension named {_DATA.value!r} cannot go with "
+                f"{' or '.join(reversed(FLATTENED[_DATA]))}, got {tuple(dense)}"
             )
-        dense = {("dp_shard" if name == "dp" else name): size for name, size in dense.items()}
+        dense = {(_DATA_AS if name == _DATA else name): size for name, size in dense.items()}
     expert = (
         {}
         if expert_mesh is None
         else _dims_of("expert_mesh", expert_mesh, (*SHARED_DIMS, *EXPERT_DIMS))
     )
-    plan = MeshTopology(
-        mesh.size(),
-        **{name: dense.get(name, 1) for name in DENSE_DIMS},
-        ep=expert.get("ep", 1),
-        etp=expert.get("etp", 1),
-        order=_order(list(dense)),
-    )
+    sizes = {name: (dense if name in DENSE_DIMS else expert).get(name, 1) for name in SIZE_NAMES}
+    plan = MeshTopology.from_layout(mesh.size(), Layout(**sizes, order=_order(list(dense))))
     _check_row_major("mesh", mesh, plan)
     groups = {
-        ("dp_shard" if name == "dp" else name): mesh.get_group(name)
+        (_DATA_AS if name == _DATA else name): mesh.get_group(name)
         for name in mesh.mesh_dim_names or ()
     }
     if expert_mesh is not None:

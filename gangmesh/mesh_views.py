@@ -17,19 +17,29 @@ import torch
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
-from gangmesh.topology import FLATTENED, MeshTopology, View
+from gangmesh.dims import FACTS, FLATTENED, Dim
+from gangmesh.topology import MeshTopology, View
 
-MESH_NAMES: dict[str, tuple[bool, str | None]] = {
-    "dense": (False, None),
-    "dp_shard_cp": (False, "dp_shard_cp"),
-    "dp_cp": (False, "dp_cp"),
-    "dp": (False, "dp"),
-    "expert": (True, None),
-    "edp": (True, "edp"),
+_MESHES: tuple[tuple[str, Dim | None], ...] = (
+    ("dense", None),
+    (Dim.DP_SHARD_CP, Dim.DP_SHARD_CP),
+    (Dim.DP_CP, Dim.DP_CP),
+    (Dim.DP, Dim.DP),
+    ("expert", None),
+    (Dim.EDP, Dim.EDP),
+)
+
+MESH_NAMES: dict[str, tuple[bool, Dim | None]] = {
+    name: (name == "expert" or (merged is not None and FACTS[merged].expert), merged)
+    for name, merged in _MESHES
 }
 """Mesh name -> (laid out over the expert view?, the flattened dimension it merges)."""
 
-MESH_ALIASES: dict[str, str] = {"fsdp": "dp_shard_cp", "loss": "dp_cp", "batch": "dp"}
+MESH_ALIASES: dict[str, Dim] = {
+    alias: merged
+    for _, merged in _MESHES
+    if merged is not None and (alias := FACTS[merged].torchtitan) is not None
+}
 """torchtitan's names for the same meshes."""
 
 
@@ -75,7 +85,7 @@ class Meshes(Mapping[str, DeviceMesh]):
         return f"Meshes({{{shown}}})"
 
 
-def mesh_dims(view: View, flattened: str | None) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def mesh_dims(view: View, flattened: Dim | None) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The dimension names of a mesh over ``view`` with ``flattened``'s dimensions merged,
     and the view's axes in the order that lays them out (merged ones together)."""
     members = FLATTENED[flattened] if flattened else ()

@@ -11,56 +11,25 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from gangmesh.locality import LocalityFinding, checked_dims
-from gangmesh.topology import EXPERT_DIMS, MeshTopology
+from gangmesh.dims import FACTS, Dim
+from gangmesh.locality import LocalityFinding, checked_dims, unchecked_dims
+from gangmesh.topology import MeshTopology
 
 JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
 """What ``plan_json`` can write: every group of every dimension, or sizes and counts only."""
 
 
-def shown_dims(plan: MeshTopology) -> tuple[str, ...]:
-    """The dimensions the table and JSON list: the mesh's, dp, and the expert ones."""
-    flattened = ("dp", "dp_shard_cp") if plan.size_of("cp") > 1 else ("dp",)
-    return (*plan.order, *flattened, *EXPERT_DIMS, "edp")
-
-
-def group_ids(plan: MeshTopology, dim: str, ranks: np.ndarray) -> np.ndarray:
-    """For each rank, the index of its group along ``dim``: its row in ``plan.groups(dim)``.
-
-    >>> group_ids(MeshTopology(8, tp=2), "dp", np.arange(8)).tolist()
-    [0, 1, 0, 1, 0, 1, 0, 1]
-    """
-    view = plan.view(expert=dim in EXPERT_DIMS or dim == "edp")
-    inner = plan.resolve(dim)
-    coordinates = view.coordinates(np.asarray(ranks, dtype=np.int64))
-    ids = np.zeros(len(ranks), dtype=np.int64)
-    for name, size in zip(view.names, view.sizes, strict=True):
-        if name not in inner:
-            ids = ids * size + coordinates[name]
-    return ids
-
-
-def group_count(plan: MeshTopology, dim: str) -> int:
-    """How many groups ``dim`` has, without listing them."""
-    return plan.world_size // plan.size_of(dim)
-
-
-def first_groups(plan: MeshTopology, dim: str, count: int) -> list[list[int]]:
-    """The first ``count`` rows of ``plan.groups(dim)``, without listing the others."""
-    view = plan.view(expert=dim in EXPERT_DIMS or dim == "edp")
-    inner = plan.resolve(dim)
-    dims = zip(view.names, view.sizes, view.strides, strict=True)
-    outer = [(size, stride) for name, size, stride in dims if name not in inner]
-    groups = []
-    for index in range(min(count, group_count(plan, dim))):
-        base, rest = 0, index
-        for size, stride in reversed(outer):
-            base += (rest % size) * stride
-            rest //= size
-        groups.append(plan.group_of(int(view.ranks(np.int64(base))), dim))
-    return groups
+def shown_dims(plan: MeshTopology) -> tuple[Dim, ...]:
+    """The dimensions the table and JSON list: the mesh's in its order, the flattened dense
+    ones the registry lists for this plan (dp, ...), then those of the expert view."""
+    listed = [
+        name
+        for name, facts in FACTS.items()
+        if facts.listed is not None and all(plan.size_of(other) > 1 for other in facts.listed)
+    ]
+    dense = [name for name in listed if FACTS[name].members and not FACTS[name].expert]
+    expert = [name for name in listed if FACTS[name].expert]
+    return (*plan.order, *dense, *expert)
 
 
 def plan_table(
@@ -74,8 +43,8 @@ def plan_table(
     lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):
-        count = group_count(plan, dim)
-        shown = " ".join(_short(g) for g in first_groups(plan, dim, first))
+        count = plan.group_count(dim)
+        shown = " ".join(_short(g) for g in plan.first_groups(dim, first))
         more = " ..." if count > first else ""
         lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
     if rank is not None:
@@ -111,7 +80,7 @@ def plan_json(
         "dims": plan.dims,
         "expert_dims": plan.expert_dims,
         "counts": {
-            dim: {"size": plan.size_of(dim), "groups": group_count(plan, dim)}
+            dim: {"size": plan.size_of(dim), "groups": plan.group_count(dim)}
             for dim in shown_dims(plan)
         },
     }
@@ -163,11 +132,7 @@ def findings_text(
     found = {f.dim for f in findings}
     checked = checked_dims(plan)
     fine = [f"{dim} (size {plan.size_of(dim)})" for dim in checked if dim not in found]
-    unchecked = [
-        dim
-        for dim in ("pp", "dp_replicate", "dp_shard", "efsdp")
-        if plan.size_of(dim) > 1 and dim not in checked
-    ]
+    unchecked = unchecked_dims(plan)
     stay = f"{_join(fine)} groups each stay on one node of {ranks_per_node} ranks"
     cross = f"{_join(unchecked)} groups are meant to cross nodes and were not checked"
     if not findings:

@@ -18,6 +18,7 @@ import logging
 import socket
 import time
 import weakref
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from torch.distributed import ProcessGroup
 from gangmesh import _c10d
 from gangmesh.environment import LaunchEnvironment
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang, GangError
+from gangmesh.layout import Layout
 from gangmesh.process_group_gang import ProcessGroupGang
 
 if TYPE_CHECKING:
@@ -246,11 +248,16 @@ class LayoutAgreement:
     One exchange through the job's store: each process leaves its request and waits
     until all did. Processes that asked for something else are named within seconds;
     processes that never come are named when the timeout expires.
+
+    :param root: the gang of every process.
+    :param request: the layout asked for, and any other keywords to agree on (the
+        timeout); a layout given as keywords is compared as its :class:`Layout` when
+        it is one (so equal layouts spelled differently agree), else as given.
     """
 
-    def __init__(self, root: Gang, request: dict[str, Any]) -> None:
+    def __init__(self, root: Gang, request: Layout | Mapping[str, Any]) -> None:
         self._root = root if _meets(root) else None
-        self._request = {k: _jsonable(v) for k, v in request.items()}
+        self._request = {k: _jsonable(v) for k, v in _normalized(request).items()}
         self._topic = next_topic("create_gangs") if self._root is not None else ""
 
     def leave_request(self) -> None:
@@ -278,6 +285,23 @@ def _meets(root: Gang) -> bool:
         and root.size > 1
         and dist.get_backend(root.as_process_group()) != "fake"
     )
+
+
+def _normalized(request: Layout | Mapping[str, Any]) -> dict[str, Any]:
+    """The layout's keywords (then the other keywords), or the request as given where its
+    layout is not one (the process asking for it is about to raise)."""
+    if isinstance(request, Layout):
+        return request.keywords()
+    layout = {k: v for k, v in request.items() if k in _LAYOUT_KEYWORDS}
+    try:
+        keywords = Layout(**layout).keywords()
+    except (TypeError, ValueError):
+        return dict(request)
+    return {**keywords, **{k: v for k, v in request.items() if k not in _LAYOUT_KEYWORDS}}
+
+
+_LAYOUT_KEYWORDS = frozenset(Layout.__dataclass_fields__)
+"""The keywords of a layout: its sizes and order."""
 
 
 def _jsonable(value: Any) -> Any:

@@ -11,18 +11,28 @@ through a window of whole nodes, with each dimension's totals in its panel's hea
 
 from __future__ import annotations
 
-import colorsys
 import itertools
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
 import numpy as np
 
+from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
 from gangmesh.locality import LocalityFinding, check_ranks_per_node
-from gangmesh.render import finding_label, findings_text, group_count, group_ids
-from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, MeshTopology
+from gangmesh.render import finding_label, findings_text
+from gangmesh.svg_shapes import (
+    CELL_H,
+    Grid,
+    colour_of,
+    dashed,
+    rect,
+    row_length,
+    text_at,
+    text_width,
+    wrap_text,
+)
+from gangmesh.topology import MeshTopology
 
 SVG_FULL_RANKS = 256
 """Worlds up to this size are drawn whole; larger ones through a window of ranks."""
@@ -30,82 +40,9 @@ SVG_FULL_RANKS = 256
 SVG_WINDOW_RANKS = 64
 """About how many ranks (whole nodes where they fit) the window of a large world shows."""
 
-DESCRIPTIONS: dict[str, str] = {
-    "pp": "pipeline parallel: a group is one pipeline, one rank per stage",
-    "dp_replicate": "replicated data parallel (HSDP replicas)",
-    "dp_shard": "sharded data parallel (FSDP shards)",
-    "cp": "context parallel",
-    "tp": "tensor parallel",
-    "efsdp": "expert weight sharding (expert view)",
-    "ep": "expert parallel (expert view)",
-    "etp": "expert tensor parallel (expert view)",
-}
-
 _MARKS = {True: ("#dc2626", "to fix"), False: ("#d97706", "unavoidable")}
 _LISTED = 1 << 16  # groups up to this size are listed whole to find the nodes they touch
-_CELL_H, _GAP, _NODE_GAP, _MARGIN, _PANEL_GAP, _MAX_WIDTH = 36, 4, 8, 16, 24, 680
-
-
-def _width(text: str, size: float, bold: bool = False) -> float:
-    """A generous estimate of the drawn width of ``text`` in a sans-serif font."""
-    return len(text) * size * (0.68 if bold else 0.61)
-
-
-def _text(x: float, y: float, text: str, size: int = 12, **attrs: str) -> str:
-    extra = "".join(f' {key.replace("_", "-")}="{value}"' for key, value in attrs.items())
-    return f'<text x="{x:g}" y="{y:g}" font-size="{size}"{extra}>{escape(text)}</text>'
-
-
-def _rect(x: float, y: float, w: float, h: float, rx: float, paint: str) -> str:
-    return f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="{rx:g}" {paint}/>'
-
-
-def _dashed(colour: str) -> str:
-    return f'fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="5 3"'
-
-
-def _colour(group: int) -> str:
-    """A light fill of its own for each group: hues a golden angle apart."""
-    red, green, blue = colorsys.hls_to_rgb((group * 0.381966) % 1.0, 0.82, 0.7)
-    return f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
-
-
-@dataclass(frozen=True)
-class _Grid:
-    """Where each drawn rank sits: rows of at most ``cols`` cells, nodes kept apart."""
-
-    ranks: np.ndarray
-    per_node: int | None
-    cols: int
-    cell_w: int
-    labels: list[tuple[float, str]]
-    spots: dict[int, tuple[float, float]]
-    width: float
-    height: float
-
-    @staticmethod
-    def build(lo: int, hi: int, per_node: int | None, cols: int, cell_w: int) -> _Grid:
-        unit = per_node or cols
-        labels: list[tuple[float, str]] = []
-        spots: dict[int, tuple[float, float]] = {}
-        y, last, start = 0.0, None, lo
-        while start < hi:
-            node = start // unit
-            if last is not None:
-                y += _CELL_H + _GAP + (_NODE_GAP if per_node and node != last else 0)
-            end = min(hi, start + cols, (node + 1) * unit)
-            if per_node:
-                labels.append((y, f"node {node}" if node != last else ""))
-            else:
-                labels.append((y, f"ranks {start}-{end - 1}"))
-            for r in range(start, end):
-                spots[r] = ((r - start) * (cell_w + _GAP), y)
-            last, start = node, end
-        label_w = max(_width(text, 11) for _, text in labels) + 10
-        spots = {r: (x + label_w, y) for r, (x, y) in spots.items()}
-        width = label_w + cols * (cell_w + _GAP)
-        ranks = np.arange(lo, hi, dtype=np.int64)
-        return _Grid(ranks, per_node, cols, cell_w, labels, spots, width, y + _CELL_H)
+_MARGIN, _PANEL_GAP, _MAX_WIDTH = 16, 24, 680
 
 
 def plan_svg(
@@ -122,12 +59,11 @@ def plan_svg(
     if rank is not None:
         plan.coordinate(rank)
     lo, hi = _window(plan.world_size, per_node, rank)
-    cols = _row_length(per_node) if per_node else (8 if plan.world_size <= 64 else 16)
+    cols = row_length(per_node) if per_node else (8 if plan.world_size <= 64 else 16)
     digits = max(len(str(hi - 1)), len(str(plan.world_size)) + 1)
-    grid = _Grid.build(lo, hi, per_node, cols, max(36, 7 * digits + 10))
+    grid = Grid.build(lo, hi, per_node, cols, max(36, 7 * digits + 10))
     findings = {f.dim: f for f in plan.check_locality(per_node)} if per_node else {}
-    dims = [d for d, s in plan.dims.items() if s > 1]
-    dims += [d for d, s in plan.expert_dims.items() if d in EXPERT_DIMS and s > 1]
+    dims = [d for d in (*plan.order, *EXPERT_DIMS) if plan.size_of(d) > 1]
     panels = [_Panel.draw(plan, dim, grid, findings.get(dim), rank) for dim in dims]
 
     title = f"{plan.world_size} ranks"
@@ -155,26 +91,28 @@ def _page(
     heading = [title, *sizes.split("; ")]
     width = max(
         columns * (panel_w + _PANEL_GAP) - _PANEL_GAP,
-        _width(title, 16, bold=True),
-        *(_width(line, 13) for line in heading[1:]),
+        text_width(title, 16, bold=True),
+        *(text_width(line, 13) for line in heading[1:]),
         480,
     )
     for panel in panels:
         panel.wrap(width if columns == 1 else panel_w)
-    body = [_text(_MARGIN, _MARGIN + 16, title, 16, font_weight="bold")]
+    body = [text_at(_MARGIN, _MARGIN + 16, title, 16, font_weight="bold")]
     y = _MARGIN + 16.0
     for line in heading[1:]:
         y += 19
-        body.append(_text(_MARGIN, y, line, 13, fill="#333"))
+        body.append(text_at(_MARGIN, y, line, 13, fill="#333"))
     y += 14
     for swatch, text in legend:
-        lines = _wrap(text, width - 24, 12)
-        label = "".join(_text(24 if swatch else 0, 12 + 16 * i, t, 12) for i, t in enumerate(lines))
+        lines = wrap_text(text, width - 24, 12)
+        label = "".join(
+            text_at(24 if swatch else 0, 12 + 16 * i, t, 12) for i, t in enumerate(lines)
+        )
         body.append(f'<g class="legend" transform="translate({_MARGIN},{y:g})">{swatch}{label}</g>')
         y += 4 + 16 * len(lines)
     y += 10
     if not panels:
-        body.append(_text(_MARGIN, y + 14, "every dimension has size 1: one rank, no gangs", 13))
+        body.append(text_at(_MARGIN, y + 14, "every dimension has size 1: one rank, no gangs", 13))
         y += 24
     for start in range(0, len(panels), columns):
         row = panels[start : start + columns]
@@ -185,8 +123,8 @@ def _page(
             )
             body.extend([*panel.parts, "</g>"])
         y += max(p.height for p in row) + _PANEL_GAP
-    for line in (wrapped for text in footer for wrapped in _wrap(text, width, 12)):
-        body.append(_text(_MARGIN, y + 12, line, 12, fill="#333"))
+    for line in (wrapped for text in footer for wrapped in wrap_text(text, width, 12)):
+        body.append(text_at(_MARGIN, y + 12, line, 12, fill="#333"))
         y += 17
     w, h = round(width + 2 * _MARGIN), round(y + _MARGIN)
     head = (
@@ -211,29 +149,29 @@ class _Panel:
 
     @staticmethod
     def draw(
-        plan: MeshTopology, dim: str, grid: _Grid, finding: LocalityFinding | None, rank: int | None
+        plan: MeshTopology, dim: str, grid: Grid, finding: LocalityFinding | None, rank: int | None
     ) -> _Panel:
-        size, count = plan.size_of(dim), group_count(plan, dim)
-        ids = group_ids(plan, dim, grid.ranks)
+        size, count = plan.size_of(dim), plan.group_count(dim)
+        ids = plan.group_ids(dim, grid.ranks)
         drawn = np.unique(ids)
-        header = f"{dim}: {DESCRIPTIONS[dim]}"
+        header = f"{dim}: {FACTS[Dim(dim)].description}"
         totals = f"{count} groups of {size} ranks"
         if len(grid.ranks) < plan.world_size:
             totals += f"; {len(drawn)} of them have ranks drawn here"
         parts = [
-            _text(0, 14, header, 12, font_weight="bold"),
-            _text(0, 30, totals, 11, fill="#444"),
+            text_at(0, 14, header, 12, font_weight="bold"),
+            text_at(0, 30, totals, 11, fill="#444"),
         ]
         top = 40
-        parts += [_text(0, top + y + 22, text, 11, fill="#333") for y, text in grid.labels]
-        positions = plan.view(expert=dim in EXPERT_DIMS).coordinates(grid.ranks)[dim]
+        parts += [text_at(0, top + y + 22, text, 11, fill="#333") for y, text in grid.labels]
+        positions = plan.view_of(dim).coordinates(grid.ranks)[dim]
         scene = _Scene(
             dim=dim,
             size=size,
             grid=grid,
             top=top,
             rank=rank,
-            of_rank=-1 if rank is None else int(group_ids(plan, dim, np.array([rank]))[0]),
+            of_rank=-1 if rank is None else int(plan.group_ids(dim, np.array([rank]))[0]),
             positions=dict(zip(grid.ranks.tolist(), positions.tolist(), strict=True)),
         )
         marks: set[bool] = set()
@@ -246,7 +184,7 @@ class _Panel:
                 marks.add(finding.avoidable)
             mark = finding if crossing else None
             parts.append(_group(scene, group, shown, members, nodes, mark))
-        width = max(grid.width, _width(header, 12, bold=True), _width(totals, 11))
+        width = max(grid.width, text_width(header, 12, bold=True), text_width(totals, 11))
         return _Panel(dim, parts, width, top + grid.height + 8, finding, marks)
 
     def wrap(self, width: float) -> None:
@@ -255,8 +193,8 @@ class _Panel:
             return
         colour = _MARKS[self.finding.avoidable][0]
         text = f"{finding_label(self.finding)}: {self.finding}"
-        for line in _wrap(text, width, 11):
-            self.parts.append(_text(0, self.height + 10, line, 11, fill=colour))
+        for line in wrap_text(text, width, 11):
+            self.parts.append(text_at(0, self.height + 10, line, 11, fill=colour))
             self.height += 15
         self.height += 6
 
@@ -267,7 +205,7 @@ class _Scene:
 
     dim: str
     size: int
-    grid: _Grid
+    grid: Grid
     top: float
     rank: int | None
     of_rank: int
@@ -302,29 +240,29 @@ def _group(
         title += f"; a group of rank {rank}"
         attrs += f' data-rank="{rank}"'
     out = [f"<g {attrs}><title>{escape(title)}</title>"]
-    w, fill = grid.cell_w, _colour(group)
+    w, fill = grid.cell_w, colour_of(group)
     stroke = ' stroke="#111111" stroke-width="3"' if mine else ' stroke="#ffffff"'
     dash = "" if finding is None else _MARKS[finding.avoidable][0]
-    role = "stage" if dim == "pp" else "rank"
+    role = FACTS[Dim(dim)].member
     for r in shown:
         x, y = grid.spots[r]
         y += top
         tip = f"rank {r}: {dim} group {group}, {role} {scene.positions[r]} of {size}"
         out.append(f"<g><title>{escape(tip)}</title>")
-        out.append(_rect(x, y, w, _CELL_H, 3, f'fill="{fill}"{stroke}'))
+        out.append(rect(x, y, w, CELL_H, 3, f'fill="{fill}"{stroke}'))
         if dash:
-            out.append(_rect(x - 3, y - 3, w + 6, _CELL_H + 6, 5, _dashed(dash)))
+            out.append(rect(x - 3, y - 3, w + 6, CELL_H + 6, 5, dashed(dash)))
         if r == rank:
             out.append(f'<circle cx="{x + 7:g}" cy="{y + 7:g}" r="3.5" fill="#111111"/>')
         bold = {"font_weight": "bold"} if r == rank else {}
-        out.append(_text(x + w / 2, y + 15, str(r), 11, text_anchor="middle", **bold))
-        out.append(_text(x + w / 2, y + 30, f"g{group}", 10, text_anchor="middle", fill="#222"))
+        out.append(text_at(x + w / 2, y + 15, str(r), 11, text_anchor="middle", **bold))
+        out.append(text_at(x + w / 2, y + 30, f"g{group}", 10, text_anchor="middle", fill="#222"))
         out.append("</g>")
     for a, b in itertools.pairwise(shown if dash and grid.per_node else []):
         if grid.per_node and a // grid.per_node != b // grid.per_node:
             (xa, ya), (xb, yb) = grid.spots[a], grid.spots[b]
             out.append(
-                f'<line x1="{xa + w / 2:g}" y1="{ya + top + _CELL_H + 3:g}" x2="{xb + w / 2:g}" '
+                f'<line x1="{xa + w / 2:g}" y1="{ya + top + CELL_H + 3:g}" x2="{xb + w / 2:g}" '
                 f'y2="{yb + top - 3:g}" stroke="{dash}" stroke-width="2"/>'
             )
     out.append("</g>")
@@ -332,10 +270,10 @@ def _group(
 
 
 def _legend(
-    plan: MeshTopology, grid: _Grid, panels: Sequence[_Panel], rank: int | None
+    plan: MeshTopology, grid: Grid, panels: Sequence[_Panel], rank: int | None
 ) -> list[tuple[str, str]]:
     """(swatch, text) lines that explain exactly what the panels draw."""
-    cell = _rect(0, 0, 16, 16, 3, f'fill="{_colour(2)}"')
+    cell = rect(0, 0, 16, 16, 3, f'fill="{colour_of(2)}"')
     text = "a cell is a rank, its number on top; its colour and label gN name its group along "
     lines = [(cell, text + "the panel's dimension")]
     if grid.per_node:
@@ -347,10 +285,10 @@ def _legend(
     for avoidable in (True, False):
         if avoidable in used:
             colour, label = _MARKS[avoidable]
-            swatch = _rect(1, 1, 14, 14, 3, _dashed(colour))
+            swatch = rect(1, 1, 14, 14, 3, dashed(colour))
             lines.append((swatch, f"a group that crosses nodes ({label}; see under the panel)"))
     if rank is not None:
-        swatch = _rect(1, 1, 14, 14, 3, 'fill="#ffffff" stroke="#111111" stroke-width="3"')
+        swatch = rect(1, 1, 14, 14, 3, 'fill="#ffffff" stroke="#111111" stroke-width="3"')
         swatch += '<circle cx="6" cy="6" r="2.5"/>'
         lines.append((swatch, f"the groups of rank {rank}; a dot marks rank {rank} itself"))
     single = [d for d, s in plan.sizes().items() if s == 1]
@@ -377,13 +315,6 @@ def _footer(plan: MeshTopology, per_node: int | None, findings: list[LocalityFin
     return [line.strip().removeprefix("- ") for line in lines if not line.startswith(beside)]
 
 
-def _row_length(per_node: int) -> int:
-    """Cells per row for nodes of ``per_node`` ranks: a whole node, or an even share of one."""
-    if per_node <= 16:
-        return per_node
-    return max([d for d in range(8, 17) if per_node % d == 0], default=16)
-
-
 def _window(world_size: int, per_node: int | None, rank: int | None) -> tuple[int, int]:
     """The ranks drawn: all of a small world, else whole nodes around ``rank`` (or rank 0)."""
     if world_size <= SVG_FULL_RANKS:
@@ -392,7 +323,3 @@ def _window(world_size: int, per_node: int | None, rank: int | None) -> tuple[in
     size = min(SVG_FULL_RANKS, max(unit, SVG_WINDOW_RANKS // unit * unit))
     lo = (rank or 0) // size * size
     return lo, min(world_size, lo + size)
-
-
-def _wrap(text: str, width: float, size: int) -> list[str]:
-    return textwrap.wrap(text, max(20, int(width / (size * 0.61)))) or [""]

@@ -19,7 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gangmesh._checks import check_positive
-from gangmesh.topology import DENSE_DIMS, SHARED_DIMS, MeshTopology
+from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, SIZE_NAMES, Dim
+from gangmesh.layout import Layout, parse_order
+from gangmesh.topology import MeshTopology
+from gangmesh.view import borrowed_dims, shared_outermost, tp_innermost
 
 try:
     from hypothesis import reject
@@ -34,7 +37,10 @@ __all__ = ["layouts", "layouts_and_ranks"]
 SIZE_CAP = 64
 """Largest size drawn for one dimension (fixed sizes may be larger)."""
 
-_FIXABLE = (*DENSE_DIMS, "ep", "etp", "order")
+_ORDER = "order"
+"""The keyword that fixes the dense order."""
+
+_FIXABLE = (*SIZE_NAMES, _ORDER)
 
 
 def layouts(
@@ -65,11 +71,11 @@ def layouts(
     unknown = sorted(set(fixed) - set(_FIXABLE))
     if unknown:
         raise ValueError(f"{unknown[0]}: unknown dimension; expected one of {_FIXABLE}")
-    sizes = {name: check_positive(name, value) for name, value in fixed.items() if name != "order"}
-    order = MeshTopology(1, order=fixed["order"]).order if fixed.get("order") else None
+    sizes = {Dim(name): check_positive(name, v) for name, v in fixed.items() if name != _ORDER}
+    order = parse_order(fixed[_ORDER]) if fixed.get(_ORDER) else None
     _check_expert_rules(sizes, order)
-    if sizes.get("etp", 1) > 1:
-        sizes.setdefault("tp", sizes["etp"])
+    if sizes.get(Dim.ETP, 1) > 1:
+        sizes.setdefault(Dim.TP, sizes[Dim.ETP])
     low = check_positive("min_world_size", min_world_size)
     high = check_positive("max_world_size", max_world_size)
     if low > high:
@@ -100,18 +106,18 @@ def layouts(
     return plans.filter(acceptable)
 
 
-def _check_expert_rules(sizes: dict[str, int], order: tuple[str, ...] | None) -> None:
+def _check_expert_rules(sizes: dict[Dim, int], order: tuple[Dim, ...] | None) -> None:
     """ValueError for fixed expert sizes that no layout can meet."""
-    ep, etp = sizes.get("ep", 1), sizes.get("etp", 1)
-    if etp > 1 and sizes.get("tp", etp) != etp:
-        raise ValueError(f"etp: expected 1 or tp={sizes['tp']}, got {etp}")
+    ep, etp = sizes.get(Dim.EP, 1), sizes.get(Dim.ETP, 1)
+    if etp > 1 and sizes.get(Dim.TP, etp) != etp:
+        raise ValueError(f"etp: expected 1 or tp={sizes[Dim.TP]}, got {etp}")
     if order is None or ep == 1:
         return
-    if set(order[:2]) != set(SHARED_DIMS):
+    if not shared_outermost(order):
         raise ValueError(
-            f"order: expert parallelism needs pp and dp_replicate outermost, got {order}"
+            f"order: expert parallelism needs {' and '.join(SHARED_DIMS)} outermost, got {order}"
         )
-    if etp > 1 and order[-1] != "tp":
+    if etp > 1 and not tp_innermost(order):
         raise ValueError(f"order: etp={etp} with ep={ep} needs tp innermost, got {order}")
 
 
@@ -122,8 +128,8 @@ def _divisors(number: int, cap: int) -> list[int]:
 @st.composite
 def _layout(
     draw: st.DrawFn,
-    fixed: dict[str, int],
-    order: tuple[str, ...] | None,
+    fixed: dict[Dim, int],
+    order: tuple[Dim, ...] | None,
     low: int,
     high: int,
     orders: bool,
@@ -155,50 +161,51 @@ def _layout(
     if world > high:
         reject()
     try:
-        return MeshTopology(world, **sizes, ep=ep, etp=etp, order=order)
+        layout = Layout(**sizes, ep=ep, etp=etp, order=order)
+        return MeshTopology.from_layout(world, layout)
     except ValueError:
         reject()
 
 
 def _expert(
-    draw: st.DrawFn, sizes: dict[str, int], fixed: dict[str, int], order: tuple[str, ...] | None
+    draw: st.DrawFn, sizes: dict[Dim, int], fixed: dict[Dim, int], order: tuple[Dim, ...] | None
 ) -> tuple[int, int]:
     """Expert sizes that fit the dense sizes and the order; a fixed ep grows dp_shard to fit.
 
     etp is 1 or tp whatever ep is; ep > 1 needs an order that keeps the expert view
     row-major (pp and dp_replicate outermost, and tp innermost when etp = tp).
     """
-    tp = sizes["tp"]
-    etp = fixed["etp"] if "etp" in fixed else draw(st.sampled_from(sorted({1, tp})))
-    borrowed = sizes["dp_shard"] * sizes["cp"] * (tp if etp == 1 else 1)
-    if "ep" in fixed:
-        ep = fixed["ep"]
-        if borrowed % ep and "dp_shard" not in fixed:
-            sizes["dp_shard"] *= ep // math.gcd(ep, borrowed)
+    tp = sizes[Dim.TP]
+    etp = fixed[Dim.ETP] if Dim.ETP in fixed else draw(st.sampled_from(sorted({1, tp})))
+    borrowed = math.prod(sizes[name] for name in borrowed_dims(etp))
+    if Dim.EP in fixed:
+        ep = fixed[Dim.EP]
+        if borrowed % ep and Dim.DP_SHARD not in fixed:
+            sizes[Dim.DP_SHARD] *= ep // math.gcd(ep, borrowed)
         return ep, etp
-    row_major = order is None or (
-        set(order[:2]) == set(SHARED_DIMS) and (etp == 1 or order[-1] == "tp")
-    )
+    row_major = order is None or (shared_outermost(order) and (etp == 1 or tp_innermost(order)))
     if not row_major:
         return 1, etp
     return draw(st.sampled_from(_divisors(borrowed, SIZE_CAP))), etp
 
 
-def _order(draw: st.DrawFn, ep: int, etp: int) -> tuple[str, ...]:
-    """A dense order that the expert view accepts when there is one."""
+def _order(draw: st.DrawFn, ep: int, etp: int) -> tuple[Dim, ...]:
+    """A dense order that the expert view accepts when there is one: at ep > 1, the shared
+    dimensions outermost, then the borrowed ones, then tp where experts keep it."""
     if ep == 1:
         return tuple(draw(st.permutations(DENSE_DIMS)))
     outer = tuple(draw(st.permutations(SHARED_DIMS)))
-    inner = ("dp_shard", "cp") if etp > 1 else ("dp_shard", "cp", "tp")
+    inner = borrowed_dims(etp)
     middle = tuple(draw(st.permutations(inner)))
-    return (*outer, *middle, *(("tp",) if etp > 1 else ()))
+    kept = tuple(name for name in DENSE_DIMS if name not in (*SHARED_DIMS, *inner))
+    return (*outer, *middle, *kept)
 
 
 @st.composite
 def _with_rank(draw: st.DrawFn, plans: st.SearchStrategy[MeshTopology]) -> tuple[MeshTopology, int]:
     plan = draw(plans)
     rank = draw(st.integers(0, plan.world_size - 1))
-    names = [name for name in (*DENSE_DIMS, "ep", "efsdp", "etp") if plan.size_of(name) > 1]
+    names = [name for name in (*DENSE_DIMS, *EXPERT_DIMS) if plan.size_of(name) > 1]
     at_an_edge: bool = draw(st.booleans())
     if names and at_an_edge:
         group = plan.group_of(rank, draw(st.sampled_from(names)))

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from gangmesh.layout import Layout
 from gangmesh.testing.strategies import layouts, layouts_and_ranks
 from gangmesh.topology import (
     DENSE_DIMS,
@@ -193,6 +194,17 @@ def test_expert_tables_for_eight_processes():
     assert tp_outermost.groups("tp").tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert tp_outermost.groups("dp").tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert MeshTopology(8).megatron_order() == "tp-cp-ep-dp-pp"
+
+
+@given(ANY_LAYOUT)
+def test_the_megatron_spelling_of_an_order_reads_back(plan):
+    """Megatron-Core writes dp for both data dimensions, so its spelling reads back as dp_replicate
+    just outside dp_shard: the same spelling always, the same plan where the order has them so."""
+    spelled = plan.megatron_order()
+    assert Layout(order=spelled).megatron_order() == spelled
+    if plan.order.index("dp_shard") == plan.order.index("dp_replicate") + 1:
+        assert Layout(order=spelled).order == plan.order
+        assert MeshTopology(plan.world_size, **plan.sizes(), order=spelled) == plan
 
 
 @pytest.mark.parametrize(

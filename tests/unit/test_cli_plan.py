@@ -209,3 +209,14 @@ def test_check_refuses_nodes_that_do_not_divide_the_processes_before_starting_an
     err = capsys.readouterr().err
     assert "ranks_per_node: expected a factor of world_size 4" in err
     assert "starting" not in err
+
+
+def test_order_also_takes_the_megatron_spelling_that_plans_print(capsys):
+    plan = MeshTopology(16, tp=2, cp=2, order="pp,dp_replicate,dp_shard,tp,cp")
+    args = ["plan", "--world-size", "16", "--tp", "2", "--cp", "2", "--format", "json"]
+    assert main([*args, "--order", plan.megatron_order()]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["order"] == list(plan.order)
+    assert document["groups"]["cp"] == plan.groups("cp").tolist()
+    assert main([*args, "--order", "tp-cp-ep-dp"]) == 2
+    assert "--order: expected Megatron-Core's spelling" in capsys.readouterr().err
