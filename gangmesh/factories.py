@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from datetime import timedelta
@@ -12,6 +13,7 @@ import torch.distributed as dist
 
 from gangmesh import mesh_build
 from gangmesh._checks import InvalidTypeError, check_positive, check_timeout
+from gangmesh.dims import DENSE_DIMS, SIZE_NAMES
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.gangs import Gangs
@@ -75,11 +77,11 @@ def create_gangs(
             f"root_gang: expected the gang of the default process group "
             f"(size {dist.get_world_size()}), got {root_gang.describe()}"
         )
-    sizes = {"pp": pp, "dp_replicate": dp_replicate, "dp_shard": dp_shard, "cp": cp, "tp": tp}
-    request = {**sizes, "ep": ep, "etp": etp, "order": order, "timeout": timeout}
-    agreeing = LayoutAgreement(root_gang, request)
+    asked = (pp, dp_replicate, dp_shard, cp, tp, ep, etp)
+    sizes: dict[str, Any] = dict(zip(SIZE_NAMES, asked, strict=True))
+    agreeing = LayoutAgreement(root_gang, {**sizes, "order": order, "timeout": timeout})
     try:
-        plan = _plan(root_gang.size, sizes, ep, etp, order)
+        plan = _plan(root_gang.size, sizes, order)
         timeout = check_timeout(timeout)
     except ValueError:
         agreeing.leave_request()
@@ -92,12 +94,13 @@ def create_gangs(
     return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
 
 
-def _plan(world_size: int, sizes: dict[str, Any], ep: Any, etp: Any, order: Any) -> MeshTopology:
+def _plan(world_size: int, sizes: dict[str, Any], order: Any) -> MeshTopology:
     """The plan; in a job of one process a failure says how to start more."""
     try:
-        return MeshTopology(world_size, **sizes, ep=ep, etp=etp, order=order)
+        return MeshTopology(world_size, **sizes, order=order)
     except ValueError as ex:
-        wanted = math.prod(v for v in sizes.values() if isinstance(v, int) and v > 1)
+        dense = (sizes[name] for name in DENSE_DIMS)
+        wanted = math.prod(size for size in dense if isinstance(size, int) and size > 1)
         raise _with_hint(ex, world_size, wanted) from None
 
 
@@ -158,19 +161,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
             )
             raise _with_hint(error, gangs.root.size, shard)
         replicate = dp_size // shard
-    sizes = gangs.plan.sizes()
-    return create_gangs(
-        gangs.root,
-        pp=sizes["pp"],
-        dp_replicate=replicate,
-        dp_shard=shard,
-        cp=sizes["cp"],
-        tp=sizes["tp"],
-        ep=sizes["ep"],
-        etp=sizes["etp"],
-        order=gangs.plan.order,
-        timeout=gangs.timeout,
-    )
+    layout = dataclasses.replace(gangs.plan.layout, dp_replicate=replicate, dp_shard=shard)
+    return create_gangs(gangs.root, **layout.keywords(), timeout=gangs.timeout)
 
 
 def create_fake_gangs(device: torch.device) -> Gangs:

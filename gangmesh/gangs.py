@@ -14,15 +14,17 @@ from torch.distributed.device_mesh import DeviceMesh
 from gangmesh import current, mesh_build
 from gangmesh._exit import release_at_exit
 from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
+from gangmesh.dims import ALIASES, GANG_DIMS, GANG_NAMES, ROOT, Dim
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang
 from gangmesh.mesh_views import Meshes
 from gangmesh.mesh_wrap import wrap_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.topology import ALIASES, GANG_NAMES, MeshTopology
+from gangmesh.topology import MeshTopology
 
-_STORED = ("dp_replicate", "dp_shard", "dp", "tp", "pp", "cp", "ep", "efsdp", "etp", "edp")
-"""The dimensions every Gangs holds a gang of besides root, in the order gangs are reported."""
+_STORED = (Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.DP, Dim.TP, Dim.PP, Dim.CP, Dim.EP, Dim.EFSDP,
+           Dim.ETP, Dim.EDP)  # fmt: skip
+"""The dimensions of GANG_DIMS in the order their gangs are reported, HSDP's two first."""
 
 
 class _Field:
@@ -125,8 +127,7 @@ class Gangs(Mapping[str, Gang]):
         timeout: timedelta | None = None,
         meshes: Mapping[str, DeviceMesh] | None = None,
     ) -> None:
-        given = {"dp": dp, "rdp": rdp, "sdp": sdp, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
-                 "efsdp": efsdp, "etp": etp, "edp": edp}  # fmt: skip
+        given = dict(zip(GANG_NAMES, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
         off = {name: gang.rank for name, gang in given.items() if gang is not None and gang.rank}
         if root.rank == 0 and off:
             raise ValueError(
@@ -149,7 +150,8 @@ class Gangs(Mapping[str, Gang]):
         )  # fmt: skip
         given_meshes = {"dense": mesh, "expert": expert_mesh}
         meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
-        store = dict(zip(_STORED, (rdp, sdp, dp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        by_dim = dict(zip(GANG_DIMS, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        store: dict[str, Gang] = {name: by_dim[name] for name in _STORED}
         self._hold(root, store, plan, Meshes(meshes), timeout, [])
 
     def _hold(
@@ -162,7 +164,7 @@ class Gangs(Mapping[str, Gang]):
         leases: list[Lease],
     ) -> None:
         """Keep ``gangs`` (dimension name -> gang: those of _STORED first) and the rest."""
-        self._gangs: dict[str, Gang] = {"root": root, **gangs}
+        self._gangs: dict[str, Gang] = {ROOT: root, **gangs}
         self.plan, self.meshes, self.timeout = plan, meshes, timeout
         self._leases = leases
         self._closed = False
@@ -175,7 +177,7 @@ class Gangs(Mapping[str, Gang]):
     ) -> Gangs:
         """The Gangs of what :mod:`gangmesh.mesh_build` built for ``plan``."""
         gangs = cls.__new__(cls)
-        ordered = {name: built.gangs[name] for name in _STORED}
+        ordered: dict[str, Gang] = {name: built.gangs[name] for name in _STORED}
         gangs._hold(root, {**ordered, **built.gangs}, plan, Meshes(built.meshes), timeout,
                     built.leases)  # fmt: skip
         return gangs

@@ -10,6 +10,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from gangmesh import mesh_build
 from gangmesh._checks import InvalidTypeError, check_timeout
+from gangmesh.dims import ROOT
 from gangmesh.gang import Gang
 from gangmesh.mesh_read import read_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
@@ -38,7 +39,7 @@ def wrap_meshes(
     if root is None:
         world = dist.group.WORLD
         assert isinstance(world, dist.ProcessGroup)
-        root = ProcessGroupGang(world, _mesh_device(mesh), name="root")
+        root = ProcessGroupGang(world, _mesh_device(mesh), name=ROOT)
     if root.size != mesh.size():
         raise ValueError(
             f"mesh: expected a mesh over all {root.size} processes of root, got {mesh.size()}"

@@ -15,6 +15,7 @@ from gangmesh._checks import check_positive
 from gangmesh._exit import release_at_exit
 from gangmesh._validate import normalized_device
 from gangmesh.communicators import CommunicatorKey, Lease, acquire
+from gangmesh.dims import ROOT
 from gangmesh.environment import read_launch_environment
 from gangmesh.gang import DEFAULT_TIMEOUT, GangError
 from gangmesh.group_gang import GroupGang
@@ -120,7 +121,7 @@ class ProcessGroupGang(GroupGang):
         gang = cls(
             world,
             device,
-            name="root",
+            name=ROOT,
             timeout=timeout,
             monitored=monitored,
             high_priority=high_priority,
@@ -150,7 +151,7 @@ class ProcessGroupGang(GroupGang):
         return cls(
             world,
             device or default_group.device_of(world),
-            name="root",
+            name=ROOT,
             timeout=timeout,
             monitored=monitored,
             high_priority=high_priority,

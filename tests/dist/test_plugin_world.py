@@ -123,7 +123,7 @@ def test_a_hanging_rank_is_killed_with_what_it_started(pytester: pytest.Pytester
 
         OUT = Path({str(tmp_path)!r})
 
-        @pytest.mark.gangmesh_world(2, timeout=15)
+        @pytest.mark.gangmesh_world(2, timeout=10)
         def test_hang():
             (OUT / f"rank{{os.environ['RANK']}}").write_text(str(os.getpid()))
             if os.environ["RANK"] == "1":
@@ -136,7 +136,7 @@ def test_a_hanging_rank_is_killed_with_what_it_started(pytester: pytest.Pytester
     recorder.assertoutcome(failed=1)
     text = report_of(recorder, "test_hang").longreprtext
     assert "did not finish" in text.splitlines()[0]
-    assert "rank 1 of 2: did not finish within 15 s" in text
+    assert "rank 1 of 2: did not finish within 10 s" in text
     assert ", line 17 in test_hang" in text  # where rank 1 was stuck: started.wait()
     pids = [int(p.read_text()) for p in sorted(tmp_path.iterdir())]
     assert len(pids) == 3  # rank0, rank1 and the process rank 1 started
@@ -241,7 +241,7 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
             root_gang.barrier()
             threading.Event().wait()
 
-        @pytest.mark.gangmesh_world(2, timeout=20)
+        @pytest.mark.gangmesh_world(2, timeout=10)
         def test_5_hangs_a_collective(root_gang):
             note("5")
             if root_gang.rank == 0:
@@ -259,7 +259,7 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
     killed = report_of(recorder, "test_4_kills_a_rank").longreprtext
     assert "rank 1 of 2: exited with code -9 before the test finished" in killed.splitlines(), killed
     hung = report_of(recorder, "test_5_hangs_a_collective").longreprtext
-    assert hung.splitlines()[0] == "timed out after 20 s: ranks 0, 1 of 2 did not finish", hung
+    assert hung.splitlines()[0] == "timed out after 10 s: ranks 0, 1 of 2 did not finish", hung
     notes = {p.name: [int(n) for n in p.read_text().split()] for p in tmp_path.iterdir()}
     ran = sorted(name for name in notes if not name.startswith("started"))
     assert ran == [f"{test}-rank{rank}" for test in "123456" for rank in (0, 1)]
