@@ -277,7 +277,7 @@ class Gangs(Mapping[str, Gang]):
         if self._closed:
             return
         self._closed = True
-        gangs = {name: gang for name, gang in self._gangs.items() if name != "root"}
+        gangs = {name: gang for name, gang in self._gangs.items() if name != ROOT}
         mesh_build.release(mesh_build.Built(gangs, leases=self._leases))
 
     def _release(self) -> None:
