@@ -9,11 +9,11 @@ from torch import Tensor
 
 from gangmesh._checks import check_index, check_positive
 from gangmesh._validate import normalized_device
-from gangmesh.gang import Gang, ReduceOperation
+from gangmesh.gang import PlacedGang, ReduceOperation
 
 
 @final
-class FakeGang(Gang):
+class FakeGang(PlacedGang):
     """A single process standing in for a gang of ``size`` identical processes.
 
     Every collective gives the result the real gang would give if all its
@@ -38,18 +38,6 @@ class FakeGang(Gang):
         self._device = normalized_device(device)
         self._size = check_positive("size", size)
         self._rank = check_index("rank", rank, size)
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     @property
     def supports_process_group(self) -> bool:

@@ -299,3 +299,24 @@ class Gang(ABC):
 
     @abstractmethod
     def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None: ...
+
+
+class PlacedGang(Gang):
+    """A gang whose rank, size and device are set once, when it is made
+    (``_rank``, ``_size``, ``_device``); the base of gangmesh's own gangs."""
+
+    _rank: int
+    _size: int
+    _device: torch.device
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def device(self) -> torch.device:
+        return self._device

@@ -19,14 +19,14 @@ from torch.distributed import ProcessGroup
 from gangmesh import _backend, _c10d
 from gangmesh._checks import InvalidTypeError
 from gangmesh._validate import normalized_device
-from gangmesh.gang import DEFAULT_TIMEOUT, Gang, GangError, ReduceOperation
+from gangmesh.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.rank_order import RankOrder
 
 _broadcast_object_list = _c10d.undecorated(dist.broadcast_object_list)
 _barrier = _c10d.undecorated(dist.barrier)
 
 
-class GroupGang(Gang):
+class GroupGang(PlacedGang):
     """A gang whose collectives run on a torch.distributed ProcessGroup.
 
     :param pg: the group.
@@ -52,18 +52,6 @@ class GroupGang(Gang):
         self._timeout = _c10d.group_timeout(pg, self._device) or timeout or DEFAULT_TIMEOUT
         self._monitor_group: ProcessGroup | None = None
         """Where :meth:`~Gang.barrier` runs a monitored barrier; None for a plain one."""
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     @property
     def supports_process_group(self) -> bool:
