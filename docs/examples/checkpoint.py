@@ -50,6 +50,7 @@ from toy_model import (
     ToyModel,
     log,
     make_model,
+    nan_as_inf,
     setup_logging,
     train_step,
 )
@@ -164,7 +165,7 @@ def compare_parameters(model: nn.Module, reference: dict[str, Tensor], rank: int
     worst = 0.0
     for name, param in model.named_parameters():  # the same order on every process
         full = param.full_tensor() if isinstance(param, DTensor) else param
-        worst = max(worst, relative_error(full.detach(), reference[name]))
+        worst = max(worst, nan_as_inf(relative_error(full.detach(), reference[name])))
     return worst
 
 
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         gangs.dp.all_reduce(loss, gm.ReduceOperation.MEAN)
         want = reference_losses[step]
         error = abs(loss.item() - want) / abs(want)
-        worst = max(worst, error)
+        worst = max(worst, nan_as_inf(error))
         if root.rank == 0:
             log.info(
                 "step %d: loss %.6f (single process %.6f, rel. error %.1e)",

@@ -66,6 +66,7 @@ from toy_model import (
     local_slice,
     log,
     loss_of,
+    nan_as_inf,
     setup_logging,
 )
 
@@ -431,7 +432,7 @@ def compare(run: Run, reference: Run, rank: int) -> None:
     worst = 0.0
     for step, (got, want) in enumerate(zip(run.losses, reference.losses, strict=True)):
         error = abs(got - want) / abs(want)
-        worst = max(worst, error)
+        worst = max(worst, nan_as_inf(error))
         if rank == 0:
             log.info(
                 "step %d: loss %.6f (single process %.6f, rel. error %.1e)", step, got, want, error
@@ -445,7 +446,7 @@ def compare(run: Run, reference: Run, rank: int) -> None:
             sys.exit(1)
         errors = {name: relative_error(got_all[name], want_all[name]) for name in want_all}
         name = max(errors, key=errors.__getitem__)
-        worst = max(worst, errors[name])
+        worst = max(worst, nan_as_inf(errors[name]))
         if rank == 0:
             log.info("%s: worst rel. error %.1e (%s)", what, errors[name], name)
         if errors[name] > RTOL:

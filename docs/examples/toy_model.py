@@ -4,6 +4,7 @@ that the parallel recipes compare themselves with."""
 from __future__ import annotations
 
 import logging
+import math
 import sys
 
 import torch
@@ -119,12 +120,17 @@ def reference_losses(device: torch.device) -> list[float]:
     return losses
 
 
+def nan_as_inf(error: float) -> float:
+    """An error as ``max`` can rank it: NaN (a broken run) counts as infinitely wrong."""
+    return math.inf if math.isnan(error) else error
+
+
 def compare(losses: list[float], reference: list[float], rank: int) -> None:
     """Log each step from rank 0; exit with status 1 if a loss is off by more than RTOL."""
     worst = 0.0
     for step, (got, want) in enumerate(zip(losses, reference, strict=True)):
         error = abs(got - want) / abs(want)
-        worst = max(worst, error)
+        worst = max(worst, nan_as_inf(error))
         if rank == 0:
             log.info(
                 "step %d: loss %.6f (single process %.6f, rel. error %.1e)", step, got, want, error
