@@ -24,9 +24,6 @@ from gangmesh import _c10d
 
 log = logging.getLogger("gangmesh")
 
-FAKE_TIMEOUT = timedelta(days=1)
-"""Timeout recorded for "fake" groups, whose collectives never wait."""
-
 
 class CommunicatorKey(NamedTuple):
     """What makes two groups interchangeable."""
@@ -147,8 +144,6 @@ class Registry:
                 log.debug("destroying the group of ranks %s failed: %s", entry.key.ranks, ex)
 
     def _create(self, key: CommunicatorKey, label: str) -> ProcessGroup:
-        if key.backend == "fake":
-            _c10d.ensure_fake_backend()
         name = _group_name(key)
         log.debug("creating a %s group of ranks %s", key.backend, key.ranks)
         return _c10d.new_group_named(

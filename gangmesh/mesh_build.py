@@ -12,7 +12,7 @@ from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
 from gangmesh import _c10d
-from gangmesh.communicators import FAKE_TIMEOUT, CommunicatorKey, Lease, acquire, lend
+from gangmesh.communicators import CommunicatorKey, Lease, acquire, lend
 from gangmesh.dims import FACTS, Dim
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang, GangError
@@ -53,11 +53,11 @@ def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Bui
 
     A set of ranks that several dimensions share (or the whole world, or a group
     an earlier Gangs holds) gets one communicator; a dimension of size 1 gets a
-    FakeGang and, in the mesh, a one-process group of torch's "fake" backend.
+    FakeGang and, in the meshes, one one-process group of the root's backend.
 
     :raises GangError: a process group or a mesh cannot be created.
     """
-    built = _with_meshes(root, plan, _gangs(root, plan, {}, timeout))
+    built = _with_meshes(root, plan, _gangs(root, plan, {}, timeout), timeout)
     log.debug("rank %d: gangs of %s built", root.rank, plan)
     return built
 
@@ -77,22 +77,38 @@ def wrap(
 
     :raises GangError: a flattened group or a mesh cannot be created.
     """
-    return _with_meshes(root, plan, _gangs(root, plan, groups, timeout))
+    return _with_meshes(root, plan, _gangs(root, plan, groups, timeout), timeout)
 
 
-def _with_meshes(root: ProcessGroupGang, plan: MeshTopology, built: Built) -> Built:
+def _with_meshes(
+    root: ProcessGroupGang, plan: MeshTopology, built: Built, timeout: timedelta
+) -> Built:
     """``built`` with the meshes of ``plan`` over its gangs' groups.
 
     :raises GangError: a mesh cannot be created (the gangs are closed first).
     """
     try:
-        lone = acquire(CommunicatorKey((dist.get_rank(),), "fake", FAKE_TIMEOUT, False), "size-1")
+        lone = _lone_group(root, timeout)
         built.leases.append(lone)
         built.meshes = meshes_of(root.device, plan, built.gangs, lone.group)
     except (RuntimeError, ValueError) as ex:
         release(built)
         raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
     return built
+
+
+def _lone_group(root: ProcessGroupGang, timeout: timedelta) -> Lease:
+    """The group that stands for every size-1 dimension in the meshes: the root's where the
+    world is one process, else a one-process group of the root's backend.
+
+    Its collectives must be real: FSDP2 on torch 2.9 runs its reduce-scatter even on a shard
+    group of one process, and reads the output.
+    """
+    group = root.as_process_group()
+    key = CommunicatorKey((dist.get_rank(),), dist.get_backend(group), timeout, root.high_priority)
+    if root.size == 1 and timeout == root.timeout:
+        return lend(group, key)
+    return acquire(key, "size-1")
 
 
 def _gangs(

@@ -25,9 +25,11 @@ The tokens of each slice go through exactly one copy of the expert (with ``etp =
 distinct part, so no token is counted twice; at ``ep = 1`` too). The copies of an expert, ``edp =
 dp_replicate x efsdp`` of them, are the processes FSDP reduces over (``expert_mesh
 ["dp_replicate", "efsdp"]``), and the sum of their gradients is the sum over all ``dp`` slices.
-FSDP's default divides that sum by ``edp``, which gives ``dp / edp`` times the mean (``ep``
-times with ``etp = tp``). The recipe asks FSDP to divide expert gradients by ``dp``
-instead: ``experts.set_gradient_divide_factor(dp)``.
+FSDP divides that sum by ``edp``, which gives ``dp / edp`` times the mean (``ep`` times
+with ``etp = tp``), so the recipe scales expert gradients by ``edp / dp`` after each
+backward. (``set_gradient_divide_factor(dp)`` says the same to FSDP, but becomes a
+pre-multiplied sum that gloo lacks, and whether FSDP runs it on a shard group of one
+process depends on the torch release.)
 
 AdamW hardly sees a gradient that is off by a constant factor (it divides by the gradient's
 own scale), so the recipe compares the gradients of the first step with one process as
@@ -335,14 +337,19 @@ def shard(model: MoEModel, gangs: gm.Gangs) -> None:
     model.moe.experts.keep(gangs.ep, gangs.etp)
     model.moe.dispatch = ExpertParallel(gangs)
     expert_mesh = gangs.meshes["expert"]["dp_replicate", "efsdp"]
-    experts = fully_shard(model.moe.experts, mesh=expert_mesh)
-    # The mean over the dp slices, not over the edp copies FSDP reduces (see above).
-    experts.set_gradient_divide_factor(float(gangs.dp.size))
-    # gloo has no pre-multiplied sum: reduce with SUM, then divide. (A shard group of one
-    # process divides while it copies, and would divide twice.)
-    experts.set_force_sum_reduction_for_comms(gangs.efsdp.size > 1)
+    fully_shard(model.moe.experts, mesh=expert_mesh)
     fully_shard(model.dense, mesh=dense_mesh)
     fully_shard(model, mesh=dense_mesh)
+
+
+def expert_gradients_to_mean(model: MoEModel, gangs: gm.Gangs) -> None:
+    """FSDP averaged each expert gradient over its edp copies; make it the mean over the dp
+    slices (see above)."""
+    factor = gangs.edp.size / gangs.dp.size
+    if factor != 1:
+        for parameter in model.moe.experts.parameters():
+            if parameter.grad is not None:
+                parameter.grad.mul_(factor)
 
 
 def full_tensors(model: MoEModel, gangs: gm.Gangs, grads: bool = False) -> dict[str, Tensor]:
@@ -386,6 +393,7 @@ def train_parallel(model: MoEModel, gangs: gm.Gangs) -> Run:
         targets = local_slice(targets, dp.rank, dp.size)
         loss = loss_of(model(inputs), targets)
         loss.backward()
+        expert_gradients_to_mean(model, gangs)
         seconds = time.perf_counter() - start
         if step == 0:  # untimed
             run.first_grads = full_tensors(model, gangs, grads=True)

@@ -7,6 +7,7 @@ parallel across gangs.dp; checked against one process.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 from torch.distributed.tensor import DTensor
@@ -34,6 +35,21 @@ import gangmesh as gm
 
 BLOCK_PLAN = {"up": ColwiseParallel(), "down": RowwiseParallel()}
 MICROBATCHES = 2
+
+
+class Stage(PipelineStage):
+    """A pipeline stage whose first exchange with its neighbours sends what they expect.
+
+    Before torch 2.10 a stage greets its neighbours by sending an int64 into their float32
+    buffer (pytorch/pytorch#165143): gloo refuses the size mismatch. The greeting's tensors
+    are made float32 here; on later torch they already are.
+    """
+
+    def _get_init_p2p_neighbors_ops(self) -> list[dist.P2POp]:
+        operations = super()._get_init_p2p_neighbors_ops()
+        for operation in operations:
+            operation.tensor = operation.tensor.float()
+        return operations
 
 
 class FirstStage(nn.Module):
@@ -71,7 +87,7 @@ def main() -> None:
     stage_module = FirstStage(model) if first else LastStage(model)
     parallelize_module(stage_module.block, gangs.meshes["dp_shard_cp"]["tp"], BLOCK_PLAN)
     check_sharded(stage_module.block.up.weight, gangs.tp.size, root.rank)
-    stage = PipelineStage(
+    stage = Stage(
         stage_module, gangs.pp.rank, gangs.pp.size, root.device, group=gangs.pp.as_process_group()
     )
     schedule = ScheduleGPipe(stage, MICROBATCHES, loss_fn=loss_of)

@@ -48,7 +48,7 @@ def test_every_gang_matches_the_plan_and_talks(results, layout):
 
 
 @pytest.mark.parametrize("layout", sorted(PLANS))
-def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, layout):
+def test_one_communicator_per_distinct_rank_set_and_one_for_size_one(results, layout):
     plan = PLANS[layout]
     world = tuple(range(WORLD))
     for me in range(WORLD):
@@ -59,10 +59,12 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one(results, la
         expected += [world] * (1 + (spans_world and layout in TIMED))
         got = results[me][layout]["communicators"]
         assert sorted(tuple(c["ranks"]) for c in got) == sorted(expected)
-        # What torch holds behind the gangs and meshes: the same groups, none more.
-        assert sorted(map(tuple, results[me][layout]["real_groups"])) == sorted(
-            tuple(c["ranks"]) for c in got
+        # What torch holds behind the gangs and meshes: the same groups, and one gloo group of
+        # this process alone for the size-1 dimensions of the meshes (every layout here has one).
+        assert sorted(map(tuple, results[me][layout]["groups"])) == sorted(
+            [(me,)] + [tuple(c["ranks"]) for c in got]
         )
+        assert results[me][layout]["backends"] == ["gloo"]
         assert [c["created"] for c in got if c["ranks"] == list(range(WORLD)) and "root" in c["gangs"]] == [False]
 
 

@@ -52,7 +52,7 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         {"ranks": list(info.ranks), "gangs": list(info.gangs), "created": info.created}
         for info in gangs.communicators()
     ]
-    # The groups torch actually holds behind the gangs and both meshes, fake ones aside.
+    # The groups torch actually holds behind the gangs and the meshes.
     gang_list = [gangs.root, *(gangs[name] for name in BUILT_NAMES)]
     groups = [g.as_process_group() for g in gang_list if isinstance(g, gm.ProcessGroupGang)]
     sums: dict[str, float] = {}
@@ -60,13 +60,14 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         for dim in mesh.mesh_dim_names or ():
             group = mesh.get_group(dim)
             groups.append(group)
-            t = torch.tensor([float(me)])
-            if group.size() > 1:
-                dist.all_reduce(t, group=group)
+            # Out of place into NaN, as FSDP2 reduces gradients (a size-1 group included).
+            t = torch.tensor([float("nan")])
+            dist.reduce_scatter_tensor(t, torch.full((group.size(),), float(me)), group=group)
             sums[f"{mesh_name}/{dim}"] = t.item()
     out["mesh_sums"] = sums
-    real = {id(g): g for g in groups if dist.get_backend(g) != "fake"}
-    out["real_groups"] = sorted(dist.get_process_group_ranks(g) for g in real.values())
+    distinct = {id(g): g for g in groups}
+    out["groups"] = sorted(dist.get_process_group_ranks(g) for g in distinct.values())
+    out["backends"] = sorted({dist.get_backend(g) for g in distinct.values()})
     if gangs.mesh is not None:
         out["mesh"] = {"names": list(gangs.mesh.mesh_dim_names or ()), "shape": list(gangs.mesh.shape)}
     if gangs.expert_mesh is not None:
