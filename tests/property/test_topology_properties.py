@@ -112,18 +112,12 @@ def test_the_expert_view_borrows_dense_ranks_by_the_rules(case):
     if sizes["etp"] > 1:
         assert plan.group_of(rank, "etp") == plan.group_of(rank, "tp")
     for shared in SHARED_DIMS:
-        assert (
-            plan.group_of(rank, shared)
-            == plan.groups(shared)[np.nonzero(plan.groups(shared) == rank)[0][0]].tolist()
-        )
+        groups = plan.groups(shared)
+        assert plan.group_of(rank, shared) == groups[np.nonzero(groups == rank)[0][0]].tolist()
     product_of_views = plan.size_of("pp") * plan.size_of("edp") * sizes["ep"] * sizes["etp"]
     assert product_of_views == plan.world_size
     assert plan.size_of("edp") == sizes["dp_replicate"] * plan.size_of("efsdp")
-    coordinate = plan.coordinate
-    held = {
-        (coordinate(r)["ep"], coordinate(r)["etp"], coordinate(r)["pp"])
-        for r in plan.group_of(rank, "edp")
-    }
+    held = {(c["ep"], c["etp"], c["pp"]) for c in map(plan.coordinate, plan.group_of(rank, "edp"))}
     assert len(held) == 1, "an edp group holds one expert shard of one stage"
 
 
