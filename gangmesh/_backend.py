@@ -8,14 +8,9 @@ subclass to dispatch) of a real dtype that needs no reinterpretation. Anything e
 (DTensor and other subclasses, complex, float8) takes torch's public function. Both
 paths wait for the work as the public functions do, so the effect on streams and the
 errors raised are the same. The methods and option classes used here are the ones
-c10d backends implement; the test suite runs both paths on every supported torch.
-
-Private parts used, each with its public alternative (used when the private part is
-absent, and by every call on a tensor that is not plain): ``ProcessGroup._allgather_base``
-and ``_reduce_scatter_base`` on torch releases without ``all_gather_single`` /
-``reduce_scatter_single`` (public: ``dist.all_gather_into_tensor``,
-``dist.reduce_scatter_tensor``), and the option classes of ``torch.distributed.
-distributed_c10d`` (public: the options the public functions build themselves).
+c10d backends implement; the test suite runs both paths on every supported torch. The
+private parts (older torch's method names, one option class) come from
+:mod:`gangmesh._c10d`.
 """
 
 from __future__ import annotations
@@ -30,7 +25,6 @@ from torch.distributed import ProcessGroup, ReduceOp
 from gangmesh import _c10d
 from gangmesh.gang import ReduceOperation
 
-_options: Any = dist.distributed_c10d  # the option classes c10d backends take
 _PLAIN = frozenset(
     {
         torch.float32,
@@ -45,12 +39,8 @@ _PLAIN = frozenset(
         torch.bool,
     }
 )
-_all_gather_single: Any = (
-    getattr(ProcessGroup, "all_gather_single", None) or ProcessGroup._allgather_base
-)
-_reduce_scatter_single: Any = (
-    getattr(ProcessGroup, "reduce_scatter_single", None) or ProcessGroup._reduce_scatter_base
-)
+_all_gather_single = _c10d.process_group_method("all_gather_single", "_allgather_base")
+_reduce_scatter_single = _c10d.process_group_method("reduce_scatter_single", "_reduce_scatter_base")
 _all_to_all_single: Any = (
     getattr(ProcessGroup, "all_to_all_single", None) or ProcessGroup.alltoall_base
 )
@@ -82,10 +72,10 @@ def _with_op(options: Any, op: ReduceOperation) -> Any:
 
 
 # Option objects are read, never changed, by the calls: one of each serves every call.
-_ALL_REDUCE = {op: _with_op(_options.AllreduceOptions(), op) for op in ReduceOperation}
-_REDUCE_SCATTER = {op: _with_op(_options.ReduceScatterOptions(), op) for op in ReduceOperation}
-_ALL_GATHER = _options.AllgatherOptions()
-_ALL_TO_ALL = _options.AllToAllOptions()
+_ALL_REDUCE = {op: _with_op(dist.AllreduceOptions(), op) for op in ReduceOperation}
+_REDUCE_SCATTER = {op: _with_op(dist.ReduceScatterOptions(), op) for op in ReduceOperation}
+_ALL_GATHER = _c10d.allgather_options()
+_ALL_TO_ALL = dist.AllToAllOptions()
 _BROADCAST: dict[int, Any] = {}
 
 
@@ -105,7 +95,7 @@ def broadcast(pg: ProcessGroup, tensor: Tensor, source_rank: int) -> None:
     if plain(tensor):
         opts = _BROADCAST.get(source_rank)
         if opts is None:
-            opts = _BROADCAST[source_rank] = _options.BroadcastOptions()
+            opts = _BROADCAST[source_rank] = dist.BroadcastOptions()
             opts.rootRank = source_rank
             opts.rootTensor = 0
         pg.broadcast([tensor], opts).wait()

@@ -12,7 +12,7 @@ import inspect
 import os
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -143,6 +143,26 @@ def ensure_fake_backend() -> None:
     alternative to watch: "fake" registered by torch.distributed itself.
     """
     import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+
+def process_group_method(public: str, private: str) -> Callable[..., Any]:
+    """ProcessGroup's method ``public``, or ``private`` where this torch lacks it.
+
+    ``all_gather_single`` and ``reduce_scatter_single`` came after 2.9.1, whose
+    ProcessGroup has the same calls as ``_allgather_base`` and ``_reduce_scatter_base``.
+    Public alternative: the ``public`` method itself, on every torch that has it.
+    """
+    method = getattr(ProcessGroup, public, None) or getattr(ProcessGroup, private)
+    return cast(Callable[..., Any], method)
+
+
+def allgather_options() -> Any:
+    """New options for a ProcessGroup all-gather call.
+
+    torch.distributed exports the option classes of the other collectives but not this
+    one. Public alternative to watch: ``torch.distributed.AllgatherOptions``.
+    """
+    return dist.distributed_c10d.AllgatherOptions()  # type: ignore[attr-defined]
 
 
 def undecorated(function: _F) -> _F:

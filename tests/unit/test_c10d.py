@@ -74,6 +74,15 @@ def test_undecorated_collectives_are_torchs_functions(gloo_world):
     assert all_reduce.__name__ == "all_reduce"
 
 
+def test_process_group_methods_and_allgather_options_exist_on_this_torch(gloo_world):
+    gather = _c10d.process_group_method("all_gather_single", "_allgather_base")
+    out = torch.zeros(3)
+    gather(gloo_world, out, torch.arange(3.0), _c10d.allgather_options()).wait()
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(AttributeError):
+        _c10d.process_group_method("no_such_method", "_no_such_method")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64])
 def test_backend_calls_give_what_torchs_functions_give(gloo_world, dtype):
     """Plain tensors go straight to the backend, the others through torch: same results."""
