@@ -51,6 +51,8 @@ class GangReport:
     """Message size in bytes -> mean all_reduce seconds."""
     communicators: int = 0
     """Communicators this process holds (set on the root's report only)."""
+    iters: int = 0
+    """Timed all_reduces per message size (0 when nothing was timed)."""
 
 
 def check_gangs(
@@ -75,6 +77,7 @@ def check_gangs(
             report.problems.extend(_collective_problems(gang, members, rank))
             if gang.size > 1:
                 report.timings = _time_all_reduce(gang, sizes, iters)
+                report.iters = iters
         reports.append(report)
     reports[0].communicators = len(gangs.communicators())
     return reports
@@ -164,43 +167,69 @@ def summarize(
         for report in reports
         for problem in report.problems
     ]
-    header = f"{'gang':<5} {'size':>5} {'groups':>7}  {'check':<5}" + "".join(
-        f"  {_size_text(s) + ' lat us':>12} {'busbw GB/s':>10}" for s in sizes
-    )
-    lines = [header]
+    iters = max((r.iters for reports in everything for r in reports), default=0)
+    widest = max(sizes)
+    lines = [
+        "checked: membership; all_reduce, all_gather, all_to_all, reduce_scatter,",
+        "  broadcast (from each gang's last rank) and barrier, with known values",
+    ]
+    if iters:
+        lines += [
+            f"timed: all_reduce, the slowest rank's mean of {_plural(iters, 'iteration')} "
+            "per size (us);",
+            f"  GB/s: bus bandwidth at {_size_text(widest)}, as nccl-tests defines it",
+            f"{'gang':<5} {'size':>5} {'groups':>6} {'check':<5}"
+            + "".join(f" {_size_text(s) + ' us':>8}" for s in sizes)
+            + f" {'GB/s':>7}",
+        ]
     summary: dict[str, Any] = {
         "world_size": plan.world_size,
         "sizes": plan.sizes(),
         "order": list(plan.order),
+        "iters": iters,
         "gangs": {},
     }
+    single: list[str] = []
     for index, name in enumerate(CHECKED_GANGS):
         reports = [reports[index] for reports in everything]
         size = reports[0].size
         groups = 1 if name == ROOT else plan.group_count(name)
         ok = not any(r.problems for r in reports)
-        row = f"{name:<5} {size:>5} {groups:>7}  {'pass' if ok else 'FAIL':<5}"
         entry: dict[str, Any] = {"size": size, "groups": groups, "pass": ok, "sizes": {}}
+        summary["gangs"][name] = entry
+        if size == 1 and ok:
+            single.append(name)
+            continue
+        row = f"{name:<5} {size:>5} {groups:>6} {'pass' if ok else 'FAIL':<5}"
+        busbw_text = "-"
         for s in sizes:
             times = [r.timings[s] for r in reports if s in r.timings]
             if not times:
-                row += f"  {'-':>12} {'-':>10}"
+                row += f" {'-':>8}"
                 continue
             slowest = max(times)
             busbw = bus_bandwidth(s, slowest, size)
-            row += f"  {slowest * 1e6:>12.1f} {busbw:>10.3f}"
+            row += f" {slowest * 1e6:>8.1f}"
             entry["sizes"][s] = {"latency_us": slowest * 1e6, "busbw_GB_per_s": busbw}
-        lines.append(row)
-        summary["gangs"][name] = entry
+            if s == widest:
+                busbw_text = f"{busbw:.3f}"
+        lines.append(row + f" {busbw_text:>7}")
+    if single:
+        lines.append(f"size 1 (pass): {', '.join(single)}")
     counts = [reports[0].communicators for reports in everything]
     summary["communicators_per_process"] = counts
     lines.append(
         f"communicators per process: {min(counts)}"
         + (f" to {max(counts)}" if max(counts) != min(counts) else "")
-        + " (one per distinct set of ranks, root included; none for gangs of size 1)"
+        + " (one per distinct set of ranks, root included)"
     )
     summary["failures"] = failures
     return "\n".join(lines) + "\n", failures, summary
+
+
+def _plural(count: int, noun: str) -> str:
+    """``"1 rank"``, ``"2 ranks"``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _size_text(size: int) -> str:
@@ -235,16 +264,21 @@ def nodes_text(placements: list[Placement]) -> tuple[str, list[str]]:
         by_node.setdefault(placement.node, []).append(rank)
     lines, problems = [], []
     for node, ranks in sorted(by_node.items()):
-        span = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+        span = f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {ranks[0]}"
         consecutive = ranks == list(range(ranks[0], ranks[-1] + 1))
         lines.append(
-            f"  node {node} on {placements[ranks[0]].host}: ranks "
-            + (span if consecutive else ", ".join(map(str, ranks)))
+            f"  node {node} on {placements[ranks[0]].host}: "
+            + (span if consecutive else "ranks " + ", ".join(map(str, ranks)))
         )
         if not consecutive:
             problems.append(f"node {node}: ranks {ranks} are not consecutive")
-    counts = " / ".join(sorted({str(len(ranks)) for ranks in by_node.values()}))
-    header = f"nodes: {len(by_node)}, {counts} ranks each"
+    counts = sorted({len(ranks) for ranks in by_node.values()})
+    each = " / ".join(map(str, counts)) + (" rank" if counts == [1] else " ranks")
+    header = (
+        f"nodes: 1 of {_plural(counts[0], 'rank')}"
+        if len(by_node) == 1
+        else f"nodes: {len(by_node)}, {each} each"
+    )
     return "\n".join([header, *lines]), problems
 
 

@@ -118,7 +118,8 @@ def _report(
     layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
     noun = "process" if plan.world_size == 1 else "processes"
     out = sys.stdout if args.json != "-" else sys.stderr
-    print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}, {layout}", file=out)
+    print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}", file=out)
+    print(f"layout: {layout}", file=out)
     print(table, end="", file=out)
     nodes, node_problems = nodes_text(placements)
     print(nodes, file=out)

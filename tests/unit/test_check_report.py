@@ -1,0 +1,61 @@
+"""The report ``gangmesh check`` prints, from what the processes found (no processes)."""
+
+from __future__ import annotations
+
+from gangmesh.check import CHECKED_GANGS, GangReport, Placement, nodes_text, summarize
+from gangmesh.topology import MeshTopology
+
+
+def reports_of(plan: MeshTopology, sizes: list[int], iters: int) -> list[list[GangReport]]:
+    """What every rank would send when everything passed, 1 ms per all_reduce."""
+    everything = []
+    for rank in range(plan.world_size):
+        reports = []
+        for name in CHECKED_GANGS:
+            size = plan.world_size if name == "root" else len(plan.group_of(rank, name))
+            timed = size > 1
+            report = GangReport(name, size, iters=iters if timed else 0)
+            report.timings = {s: 1e-3 for s in sizes} if timed else {}
+            reports.append(report)
+        reports[0].communicators = 3
+        everything.append(reports)
+    return everything
+
+
+def test_the_table_fits_80_columns_and_folds_the_gangs_of_size_1():
+    plan = MeshTopology(8, tp=2, pp=2)
+    sizes = [8, 1024, 65536, 1 << 20, 1 << 24]
+    table, failures, summary = summarize(plan, reports_of(plan, sizes, 7), sizes)
+    assert failures == []
+    lines = table.splitlines()
+    assert max(map(len, lines)) <= 80, table
+    assert "size 1 (pass): rdp, cp, ep, etp" in lines
+    assert not any(line.startswith(("rdp ", "cp ", "ep ", "etp ")) for line in lines)
+    assert "mean of 7 iterations per size" in table
+    assert "reduce_scatter" in table and "all_to_all" in table
+    (tp,) = [line.split() for line in lines if line.startswith("tp ")]
+    assert tp[:4] == ["tp", "2", "4", "pass"] and tp[4] == "1000.0"
+    assert summary["iters"] == 7 and summary["gangs"]["etp"]["size"] == 1
+
+
+def test_nothing_timed_says_nothing_about_iterations():
+    plan = MeshTopology(1)
+    table, _, _ = summarize(plan, reports_of(plan, [8], 10), [8])
+    assert "iteration" not in table
+    assert table.splitlines()[-2].startswith("size 1 (pass): root, dp")
+
+
+def test_a_failed_gang_of_size_1_keeps_its_row():
+    plan = MeshTopology(2, tp=2)
+    everything = reports_of(plan, [8], 3)
+    everything[1][CHECKED_GANGS.index("pp")].problems.append("membership: wrong")
+    table, failures, _ = summarize(plan, everything, [8])
+    assert any(line.split()[:4] == ["pp", "1", "2", "FAIL"] for line in table.splitlines())
+    assert failures == ["gang pp on rank 1: membership: wrong"]
+
+
+def test_nodes_are_counted_in_the_singular_and_the_plural():
+    assert nodes_text([Placement("a", 0)])[0] == "nodes: 1 of 1 rank\n  node 0 on a: rank 0"
+    text, problems = nodes_text([Placement("a", 0), Placement("b", 1), Placement("a", 0)])
+    assert text.splitlines()[0] == "nodes: 2, 1 / 2 ranks each"
+    assert problems == ["node 0: ranks [0, 2] are not consecutive"]
