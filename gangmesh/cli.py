@@ -152,7 +152,10 @@ def build_parsers(
         "--json", help="write the results as JSON to this file, or to standard output for -"
     )
     check.add_argument("--init-method", help=argparse.SUPPRESS)
-    check.add_argument("--inject-exit-rank", type=int, help=argparse.SUPPRESS)
+    check.add_argument("--inject-rank", type=int, help=argparse.SUPPRESS)
+    check.add_argument(
+        "--inject-fault", choices=("exit", "kill", "stop"), default="exit", help=argparse.SUPPRESS
+    )
     return parser, {"plan": plan, "check": check}
 
 

@@ -17,6 +17,11 @@ from pathlib import Path
 GRACE_SECONDS = 10.0
 """How long survivors get, beyond the collective timeout, to exit after a peer failed."""
 
+QUIET_SECONDS = 3.0
+"""After a failure, how long workers may run on with no other worker ending; then they are
+taken to have stopped answering and are killed. Once a peer has exited, gloo fails every
+collective with it at once, so a worker that has not ended by then is in none."""
+
 _PRELOAD = ["torch", "gangmesh.cli"]
 """What the process that forks the workers imports once, instead of once per worker."""
 
@@ -28,6 +33,12 @@ class WorkerExit:
     rank: int
     returncode: int
     output_tail: str
+    killed: str | None = None
+    """Why the launcher killed it: ``"unanswering"`` (still running ``QUIET_SECONDS`` after
+    the last of the others ended, once one had failed), ``"late"`` (still running when the
+    grace period ran out); None when it ended by itself."""
+    stopped: bool = False
+    """It was stopped (SIGSTOP, a debugger) when the launcher killed it (Linux only)."""
 
 
 def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> list[WorkerExit]:
@@ -38,8 +49,10 @@ def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> 
     paid once, not once per rank. Ranks meet through a file store in a private
     temporary folder and gloo is bound to the loopback interface, so nothing listens
     beyond this machine. Rank 0 writes to this process's stdout; the others' output
-    is kept for the report. Once a worker fails, the others get ``timeout`` plus a
-    grace period to notice and exit; then they are killed. No worker outlives this call.
+    is kept for the report. Once a worker fails, workers that run on for
+    ``QUIET_SECONDS`` while none of the others ends have stopped answering and are
+    killed; the others get ``timeout`` plus a grace period to notice and exit, then they
+    are killed too. No worker outlives this call.
     """
     context = _context()
     with tempfile.TemporaryDirectory(prefix="gangmesh-") as folder:
@@ -54,15 +67,20 @@ def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> 
                 )
                 worker.start()
                 workers.append(worker)
-            codes = _wait_all(workers, timeout + GRACE_SECONDS)
+            kills = _wait_all(workers, timeout + GRACE_SECONDS)
         finally:
             for worker in workers:
                 if worker.exitcode is None:
                     worker.kill()
                 worker.join()
         return [
-            WorkerExit(rank, code, _tail(logs[rank]) if rank else "")
-            for rank, code in enumerate(codes)
+            WorkerExit(
+                rank,
+                worker.exitcode if worker.exitcode is not None else -9,
+                _tail(logs[rank]) if rank else "",
+                *kills.get(rank, (None, False)),
+            )
+            for rank, worker in enumerate(workers)
         ]
 
 
@@ -101,23 +119,44 @@ def _worker(rank: int, nproc: int, argv: list[str], output: str | None) -> None:
     sys.exit(code)
 
 
-def _wait_all(workers: list[BaseProcess], grace: float) -> list[int]:
-    """Exit codes of every worker; after the first failure, kill those still running
-    once ``grace`` seconds have passed (their code is then -9)."""
+def _wait_all(workers: list[BaseProcess], grace: float) -> dict[int, tuple[str, bool]]:
+    """Wait for every worker; once one has failed, kill those that stopped answering (see
+    ``QUIET_SECONDS``) and, after ``grace`` seconds, any still running.
+
+    Returns, for each rank killed here, why (``"unanswering"`` or ``"late"``) and whether
+    it was stopped.
+    """
+    kills: dict[int, tuple[str, bool]] = {}
     deadline: float | None = None
+    last_end = time.monotonic()
+    ended = 0
     while True:
         running = [worker for worker in workers if worker.exitcode is None]
         if not running:
-            return [worker.exitcode for worker in workers if worker.exitcode is not None]
+            return kills
+        now = time.monotonic()
+        if len(workers) - len(running) != ended:
+            ended, last_end = len(workers) - len(running), now
         if deadline is None and any(worker.exitcode not in (None, 0) for worker in workers):
-            deadline = time.monotonic() + grace
-        if deadline is not None and time.monotonic() >= deadline:
+            deadline = now + grace
+        if deadline is not None and (now >= deadline or now >= last_end + QUIET_SECONDS):
+            why = "late" if now >= deadline else "unanswering"
             for worker in running:
+                kills[workers.index(worker)] = (why, _is_stopped(worker.pid))
                 worker.kill()
                 worker.join()
             continue
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        left = None if deadline is None else min(deadline, last_end + QUIET_SECONDS) - now
         wait([worker.sentinel for worker in running], timeout=left)
+
+
+def _is_stopped(pid: int | None) -> bool:
+    """Whether the process is stopped by a signal or a tracer (Linux's /proc; else False)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] in (["T"], ["t"])
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -78,12 +79,34 @@ def test_an_impossible_layout_is_one_line_and_exit_code_2():
     assert run.output.startswith("gangmesh check: error: tp: tp=4 does not divide world_size 6, so dp_shard cannot infer its size")
 
 
-def test_a_process_that_dies_is_reported_within_the_timeout(tmp_path):
+def test_a_process_that_exits_is_named_as_the_cause(tmp_path):
     marker = str(tmp_path / "fault.json")
-    run = check("--inject-exit-rank", "2", "--timeout", "20", "--json", marker, timeout=120)
+    run = check("--inject-rank", "2", "--timeout", "20", "--json", marker, timeout=120)
     assert run.returncode == 1, run.output
-    assert "gangmesh check: FAILED on" in run.output
-    assert "rank 2 exited with code 3" in run.output
+    host = socket.gethostname()
+    assert f"gangmesh check: FAILED: rank 2 on {host} exited with code 3; 3 other processes failed after it" in run.output
+    assert "rank 1 saw a collective fail: rank 1: all_gather failed on gang 'root'" in run.output
+    assert processes_mentioning(marker) == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "rank", "cause"),
+    [
+        ("kill", "2", "died of SIGKILL"),
+        ("stop", "3", "stopped answering: it was stopped (SIGSTOP or a debugger); killed"),
+    ],
+)
+def test_a_process_killed_or_stopped_is_named_as_the_cause(tmp_path, fault, rank, cause):
+    marker = str(tmp_path / "fault.json")
+    run = check("--nproc", "4", "--tp", "2", "--timeout", "5", "--inject-rank", rank,
+                "--inject-fault", fault, "--json", marker, timeout=120)  # fmt: skip
+    assert run.returncode == 1, run.output
+    first = f"gangmesh check: FAILED: rank {rank} on {socket.gethostname()} {cause}; 3 other"
+    assert first in run.output
+    others = [r for r in "0123" if r != rank]
+    for other in others:
+        assert f"  rank {other} saw a collective fail" in run.output
+    assert "killed after the others failed" not in run.output
     assert processes_mentioning(marker) == []
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gangmesh.check import CHECKED_GANGS, GangReport, Placement, nodes_text, summarize
+from gangmesh.check_command import COLLECTIVE_FAILED, failure_report
+from gangmesh.launch import WorkerExit
 from gangmesh.topology import MeshTopology
 
 
@@ -59,3 +61,28 @@ def test_nodes_are_counted_in_the_singular_and_the_plural():
     text, problems = nodes_text([Placement("a", 0), Placement("b", 1), Placement("a", 0)])
     assert text.splitlines()[0] == "nodes: 2, 1 / 2 ranks each"
     assert problems == ["node 0: ranks [0, 2] are not consecutive"]
+
+
+def test_a_failure_report_names_the_cause_before_those_who_saw_it():
+    exits = [
+        WorkerExit(0, COLLECTIVE_FAILED, ""),
+        WorkerExit(1, -9, "", killed="unanswering", stopped=False),
+        WorkerExit(2, COLLECTIVE_FAILED, "gangmesh check: rank 2: all_gather failed"),
+        WorkerExit(3, 0, ""),
+    ]
+    assert failure_report(exits, "h") == [
+        "gangmesh check: FAILED: rank 1 on h stopped answering: still running 3 s after the "
+        "others ended; killed; 2 other processes failed after it",
+        "  rank 1 stopped answering: still running 3 s after the others ended; killed",
+        "  rank 0 saw a collective fail",
+        "  rank 2 saw a collective fail: rank 2: all_gather failed",
+    ]
+
+
+def test_without_a_cause_the_report_counts_the_failures():
+    exits = [WorkerExit(0, 1, ""), WorkerExit(1, -9, "", killed="late"), WorkerExit(2, 0, "")]
+    assert failure_report(exits, "h") == [
+        "gangmesh check: FAILED on 2 of 3 processes",
+        "  rank 0 exited with code 1",
+        "  rank 1 was killed: still running when the timeout and grace period had passed",
+    ]
