@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -53,15 +54,25 @@ class GangReport:
     """Communicators this process holds (set on the root's report only)."""
     iters: int = 0
     """Timed all_reduces per message size (0 when nothing was timed)."""
+    members: list[int] = field(default_factory=list)
+    """The global ranks of this process's group."""
+    last: list[int] = field(default_factory=list)
+    """Per barrier round, the global rank that arrived last (the same on every member)."""
+    lateness: list[float] = field(default_factory=list)
+    """Per barrier round, seconds between the first and the last arrival."""
+    own_wait: list[float] = field(default_factory=list)
+    """Per barrier round, seconds the last rank itself waited: what the barrier costs."""
 
 
 def check_gangs(
-    gangs: Gangs, plan: MeshTopology, sizes: Sequence[int], iters: int
+    gangs: Gangs, plan: MeshTopology, sizes: Sequence[int], iters: int, *, late: float = 0.0
 ) -> list[GangReport]:
-    """Check memberships and collectives of every gang; time all_reduce per size.
+    """Check memberships and collectives of every gang; time all_reduce per size and who
+    arrives last at ``iters`` barriers.
 
-    Every process must call it with the same arguments. Problems are described,
-    not raised; GangError still propagates when a peer dies or hangs.
+    Every process must call it with the same arguments, except ``late``: seconds this
+    process spends before each barrier it times (a straggler, for fault injection).
+    Problems are described, not raised; GangError still propagates when a peer dies or hangs.
     """
     rank = gangs.root.rank
     reports = []
@@ -71,13 +82,14 @@ def check_gangs(
             print(f"[{step}/{len(CHECKED_GANGS)}] checking {name} (size {gang.size})...",
                   file=sys.stderr, flush=True)  # fmt: skip
         members = list(range(plan.world_size)) if name == ROOT else plan.group_of(rank, name)
-        report = GangReport(name, gang.size)
+        report = GangReport(name, gang.size, members=members)
         report.problems.extend(_membership_problems(gang, members, rank))
         if not report.problems:
             report.problems.extend(_collective_problems(gang, members, rank))
             if gang.size > 1:
                 report.timings = _time_all_reduce(gang, sizes, iters)
                 report.iters = iters
+                _time_arrivals(gang, members, iters, late, report)
         reports.append(report)
     reports[0].communicators = len(gangs.communicators())
     return reports
@@ -144,6 +156,31 @@ def _time_all_reduce(gang: Gang, sizes: Sequence[int], iters: int) -> dict[int, 
             torch.cuda.synchronize(tensor.device)
         timings[size] = (time.perf_counter() - start) / iters
     return timings
+
+
+def _time_arrivals(
+    gang: Gang, members: list[int], rounds: int, late: float, report: GangReport
+) -> None:
+    """Who arrives last at each of ``rounds`` barriers, and how late.
+
+    Clocks of different hosts do not agree, so arrival times are not compared: each
+    member times its own wait in the barrier, and the member that waited least arrived
+    last, later than the first by the difference between the longest and shortest wait.
+    """
+    waits = torch.empty(rounds, dtype=torch.float64)
+    for i in range(rounds):
+        if late:
+            time.sleep(late)
+        start = time.perf_counter()
+        gang.barrier()
+        waits[i] = time.perf_counter() - start
+    everyone = torch.empty(gang.size * rounds, dtype=torch.float64, device=gang.device)
+    gang.all_gather(everyone, waits.to(gang.device))
+    matrix = everyone.view(gang.size, rounds).cpu()
+    shortest, last = matrix.min(dim=0)
+    report.last = [members[i] for i in last.tolist()]
+    report.lateness = (matrix.max(dim=0).values - shortest).tolist()
+    report.own_wait = shortest.tolist()
 
 
 def gather_reports(gangs: Gangs, reports: list[GangReport]) -> list[list[GangReport]] | None:
@@ -285,3 +322,60 @@ def nodes_text(placements: list[Placement]) -> tuple[str, list[str]]:
 def describe_failure(ex: GangError, rank: int) -> str:
     """One line for a communication failure seen by ``rank``."""
     return f"rank {rank}: {ex}".splitlines()[0]
+
+
+STRAGGLER_SHARE = 0.8
+"""A rank is flagged as consistently slowest when it arrives last at this share of a group's
+barriers (at least 5), later than the first by more than a barrier costs, in the median."""
+
+
+def stragglers(
+    everything: list[list[GangReport]], placements: list[Placement]
+) -> tuple[list[str], dict[str, Any]]:
+    """Per gang, the rank that arrived last most often at its barriers and by how much, in
+    the group where it was latest (a consistently slowest rank first); lines for people
+    and a JSON-ready dict."""
+    lines: list[str] = []
+    found: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(CHECKED_GANGS):
+        groups = {tuple(r.members): r for r in (reports[index] for reports in everything)}
+        worst: dict[str, Any] | None = None
+        for report in groups.values():
+            if not report.last:
+                continue
+            rank = max(set(report.last), key=report.last.count)
+            rounds = [i for i, who in enumerate(report.last) if who == rank]
+            late = float(np.median([report.lateness[i] for i in rounds]))
+            cost = float(np.median([report.own_wait[i] for i in rounds]))
+            entry: dict[str, Any] = {
+                "rank": rank,
+                "host": placements[rank].host,
+                "group": report.members,
+                "last_in": len(rounds),
+                "rounds": len(report.last),
+                "median_lateness_ms": late * 1e3,
+                "consistent": len(report.last) >= 5
+                and len(rounds) >= STRAGGLER_SHARE * len(report.last)
+                and late > cost,
+            }
+            if worst is None or (entry["consistent"], late) > (
+                worst["consistent"],
+                worst["median_lateness_ms"] / 1e3,
+            ):
+                worst = entry
+        if worst is None:
+            continue
+        found[name] = worst
+        lines.append(
+            f"  {name:<5} rank {worst['rank']} on {worst['host']}: last at {worst['last_in']} "
+            f"of {worst['rounds']} barriers, {worst['median_lateness_ms']:.2f} ms after the first"
+        )
+    slow: dict[tuple[int, str], list[str]] = {}
+    for name, entry in found.items():
+        if entry["consistent"]:
+            slow.setdefault((entry["rank"], entry["host"]), []).append(name)
+    for (rank, host), names in slow.items():
+        lines.append(f"consistently slowest: rank {rank} on {host} (in {', '.join(names)})")
+    if lines:
+        lines.insert(0, "last to arrive at each gang's barriers (median lateness):")
+    return lines, found

@@ -20,6 +20,7 @@ from gangmesh.check import (
     gather_reports,
     nodes_text,
     parse_sizes,
+    stragglers,
     summarize,
     this_placement,
 )
@@ -34,6 +35,9 @@ from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.render import findings_text
 from gangmesh.setup import setup_root_gang
 from gangmesh.topology import MeshTopology
+
+STRAGGLER_SECONDS = 0.1
+"""How late the rank that ``--inject-fault slow`` makes a straggler arrives at each barrier."""
 
 COLLECTIVE_FAILED = 4
 """Exit status of a rank whose collective failed (a peer died, stopped answering or timed out)."""
@@ -120,11 +124,12 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
         if args.ranks_per_node is not None:
             check_ranks_per_node(root.size, args.ranks_per_node)
         gangs = create_gangs(root, **layout.keywords(), timeout=timeout)
-        if args.inject_rank == rank:
+        if args.inject_rank == rank and args.inject_fault != "slow":
             _inject(args.inject_fault)
         per_node = args.ranks_per_node or _ranks_per_node(args) or root.size
         placements = all_gather_objects(root, this_placement(rank, per_node))
-        reports = check_gangs(gangs, plan, sizes, args.iters)
+        late = STRAGGLER_SECONDS if args.inject_rank == rank and args.inject_fault == "slow" else 0
+        reports = check_gangs(gangs, plan, sizes, args.iters, late=late)
         everything = gather_reports(gangs, reports)
         passed = True
         if everything is not None:
@@ -173,6 +178,8 @@ def _report(
     print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}", file=out)
     print(f"layout: {layout}", file=out)
     print(table, end="", file=out)
+    late_lines, summary["stragglers"] = stragglers(everything, placements)
+    print("\n".join(late_lines), file=out)
     nodes, node_problems = nodes_text(placements)
     print(nodes, file=out)
     failures.extend(node_problems)

@@ -131,7 +131,8 @@ def build_parsers(
         description=(
             "Build the gangs on every process, check memberships against the plan, run "
             "all_reduce, all_gather, all_to_all, reduce_scatter, broadcast and barrier on "
-            "every gang, time all_reduce, and report where each rank runs. "
+            "every gang, time all_reduce and who arrives last at barriers, and report "
+            "where each rank runs. "
             "Under torchrun or SLURM each process takes part as its rank; otherwise NPROC "
             "local CPU processes are started (gloo on 127.0.0.1)."
         ),
@@ -140,7 +141,12 @@ def build_parsers(
     check.add_argument("--nproc", type=int, default=4, help="local processes")
     _add_dim_arguments(check)
     check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
-    check.add_argument("--iters", type=int, default=10, help="timed all_reduces per size")
+    check.add_argument(
+        "--iters",
+        type=int,
+        default=10,
+        help="timed all_reduces per size, and timed barriers per gang",
+    )
     check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     check.add_argument(
         "--ranks-per-node",
@@ -154,7 +160,10 @@ def build_parsers(
     check.add_argument("--init-method", help=argparse.SUPPRESS)
     check.add_argument("--inject-rank", type=int, help=argparse.SUPPRESS)
     check.add_argument(
-        "--inject-fault", choices=("exit", "kill", "stop"), default="exit", help=argparse.SUPPRESS
+        "--inject-fault",
+        choices=("exit", "kill", "stop", "slow"),
+        default="exit",
+        help=argparse.SUPPRESS,
     )
     return parser, {"plan": plan, "check": check}
 

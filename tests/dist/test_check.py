@@ -110,6 +110,21 @@ def test_a_process_killed_or_stopped_is_named_as_the_cause(tmp_path, fault, rank
     assert processes_mentioning(marker) == []
 
 
+def test_a_rank_late_at_every_barrier_is_named_consistently_slowest(tmp_path):
+    report = tmp_path / "check.json"
+    run = check("--nproc", "4", "--tp", "2", "--sizes", "8", "--iters", "5", "--inject-rank",
+                "3", "--inject-fault", "slow", "--json", str(report), timeout=180)  # fmt: skip
+    assert run.returncode == 0, run.output
+    host = socket.gethostname()
+    assert re.search(rf"^  tp +rank 3 on {host}: last at 5 of 5 barriers", run.output, re.M)
+    assert f"consistently slowest: rank 3 on {host} (in root, dp, sdp, tp, efsdp, edp)" in run.output
+    late = json.loads(report.read_text())["stragglers"]
+    assert {name: (e["rank"], e["consistent"]) for name, e in late.items()} == {
+        name: (3, True) for name in ("root", "dp", "sdp", "tp", "efsdp", "edp")
+    }
+    assert late["tp"]["group"] == [2, 3]
+
+
 def test_under_torchrun_each_process_takes_part_as_its_rank():
     from tests.dist.launch import free_port
 

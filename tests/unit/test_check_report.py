@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gangmesh.check import CHECKED_GANGS, GangReport, Placement, nodes_text, summarize
+from gangmesh.check import (
+    CHECKED_GANGS,
+    GangReport,
+    Placement,
+    nodes_text,
+    stragglers,
+    summarize,
+)
 from gangmesh.check_command import COLLECTIVE_FAILED, failure_report
 from gangmesh.launch import WorkerExit
 from gangmesh.topology import MeshTopology
@@ -86,3 +93,41 @@ def test_without_a_cause_the_report_counts_the_failures():
         "  rank 0 exited with code 1",
         "  rank 1 was killed: still running when the timeout and grace period had passed",
     ]
+
+
+def arrivals(report: GangReport, last: list[int], late: float) -> GangReport:
+    report.last = last
+    report.lateness = [late] * len(last)
+    report.own_wait = [1e-3] * len(last)
+    return report
+
+
+def test_a_rank_last_at_most_barriers_by_more_than_a_barrier_is_consistently_slowest():
+    tp = CHECKED_GANGS.index("tp")
+    everything = []
+    for rank in range(4):
+        reports = [GangReport(name, 1, members=[rank]) for name in CHECKED_GANGS]
+        group = [0, 1] if rank < 2 else [2, 3]
+        last = [1, 1, 1, 1, 0] if rank < 2 else [2, 3, 2, 3, 2]
+        reports[tp] = arrivals(GangReport("tp", 2, members=group), last, 0.05)
+        everything.append(reports)
+    placements = [Placement(f"h{rank // 2}", rank // 2) for rank in range(4)]
+    lines, found = stragglers(everything, placements)
+    assert lines == [
+        "last to arrive at each gang's barriers (median lateness):",
+        "  tp    rank 1 on h0: last at 4 of 5 barriers, 50.00 ms after the first",
+        "consistently slowest: rank 1 on h0 (in tp)",
+    ]
+    assert found["tp"]["group"] == [0, 1] and found["tp"]["consistent"]
+
+
+def test_lateness_within_a_barriers_cost_flags_nobody():
+    tp = CHECKED_GANGS.index("tp")
+    everything = []
+    for rank in range(2):
+        reports = [GangReport(name, 1, members=[rank]) for name in CHECKED_GANGS]
+        reports[tp] = arrivals(GangReport("tp", 2, members=[0, 1]), [1] * 5, 0.5e-3)
+        everything.append(reports)
+    lines, found = stragglers(everything, [Placement("h", 0)] * 2)
+    assert not found["tp"]["consistent"]
+    assert not any(line.startswith("consistently") for line in lines)
