@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 from datetime import timedelta
+from typing import Any
 
 import torch
 
@@ -32,6 +33,7 @@ from gangmesh.layout import Layout
 from gangmesh.locality import check_ranks_per_node
 from gangmesh.ops import all_gather_objects, broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.record import layout_record
 from gangmesh.render import findings_text
 from gangmesh.setup import setup_root_gang
 from gangmesh.topology import MeshTopology
@@ -128,12 +130,13 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
             _inject(args.inject_fault)
         per_node = args.ranks_per_node or _ranks_per_node(args) or root.size
         placements = all_gather_objects(root, this_placement(rank, per_node))
+        record = layout_record(gangs)
         late = STRAGGLER_SECONDS if args.inject_rank == rank and args.inject_fault == "slow" else 0
         reports = check_gangs(gangs, plan, sizes, args.iters, late=late)
         everything = gather_reports(gangs, reports)
         passed = True
         if everything is not None:
-            passed = _report(args, root, plan, everything, sizes, placements)
+            passed = _report(args, root, plan, everything, sizes, placements, record)
         return 0 if broadcast_flag(root, passed) else 1
     except GangError as ex:
         sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")
@@ -166,6 +169,7 @@ def _report(
     everything: list[list[GangReport]],
     sizes: list[int],
     placements: list[Placement],
+    record: dict[str, Any],
 ) -> bool:
     """Print the table, nodes, findings and verdict on rank 0; write the JSON.
 
@@ -187,6 +191,7 @@ def _report(
     findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
     lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
     print("\n".join(lines), file=out)
+    summary["layout_record"] = record
     summary["nodes"] = [{"host": p.host, "node": p.node} for p in placements]
     summary["locality_findings"] = [
         {"dim": f.dim, "group": f.group, "nodes": f.nodes, "avoidable": f.avoidable,

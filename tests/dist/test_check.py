@@ -69,6 +69,12 @@ def test_expert_parallel_gangs_are_checked_with_all_to_all(tmp_path):
     }  # fmt: skip
     # root, tp [0,1], dp = sdp [0,2,4,6], ep [0,1,2,3], efsdp = edp [0,4]
     assert summary["communicators_per_process"] == [5] * 8
+    record = summary["layout_record"]
+    assert [g["members"] for g in record["gangs"]["ep"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [g["description"] for g in record["gangs"]["ep"]] == [
+        "gangmesh:ep:0,1,2,3", "gangmesh:ep:4,5,6,7"
+    ]  # fmt: skip
+    assert {g["group_name"] for g in record["gangs"]["ep"]} <= set(record["group_names"])
     assert "PASSED" in run.output
 
 
