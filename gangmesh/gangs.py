@@ -259,6 +259,7 @@ class Gangs(Mapping[str, Gang]):
         """Gather the layout record and write it as JSON to ``path`` from root rank 0 only;
         every process must call it. Returns the record.
 
+        :param path: the file rank 0 writes.
         :raises GangError: a peer died or did not answer.
         :raises OSError: rank 0 cannot write ``path``.
         """

@@ -35,6 +35,7 @@ def layout_record(gangs: Gangs) -> dict[str, Any]:
     "group_names": {group_name: {"gangs", "members", "description"}}}``; a gang of size 1
     has no group: its name, description and backend are None.
 
+    :param gangs: the gangs of this process.
     :raises gangmesh.GangError: a peer died or did not answer while gathering.
     """
     mine = {"host": socket.gethostname(), "groups": _groups_of(gangs)}
@@ -69,14 +70,18 @@ def layout_record(gangs: Gangs) -> dict[str, Any]:
 def write_layout_record(record: dict[str, Any], path: str | Path) -> None:
     """Write ``record`` (from :func:`layout_record`) as JSON to ``path``.
 
+    :param record: a layout record.
+    :param path: the file to write.
     :raises OSError: the file cannot be written.
     """
     Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def read_layout_record(path: str | Path) -> dict[str, Any]:
-    """A layout record written by :func:`write_layout_record`; equal to what was written.
+    """A layout record written by :func:`~gangmesh.record.write_layout_record`; equal to what
+    was written.
 
+    :param path: the file to read.
     :raises OSError: the file cannot be read.
     :raises ValueError: it is not a layout record of a version this gangmesh reads.
     """
