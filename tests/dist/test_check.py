@@ -82,7 +82,7 @@ def test_an_impossible_layout_is_one_line_and_exit_code_2():
     run = check("--nproc", "6", "--tp", "4", timeout=60)
     assert run.returncode == 2
     assert run.output.strip().count("\n") == 0
-    assert run.output.startswith("gangmesh check: error: tp: tp=4 does not divide world_size 6, so dp_shard cannot infer its size")
+    assert run.output.startswith("gangmesh check: error: --tp: --tp=4 does not divide --nproc 6, so --dp-shard cannot infer its size")
 
 
 def test_a_process_that_exits_is_named_as_the_cause(tmp_path):
