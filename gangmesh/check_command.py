@@ -79,10 +79,17 @@ def failure_report(exits: list[WorkerExit], host: str) -> list[str]:
     else:
         lines = [f"gangmesh check: FAILED on {len(failed)} of {len(exits)} processes"]
     for e in causes + others:
-        said = e.output_tail.replace("gangmesh check: ", "")
-        tail = f": {said}" if said else ""
+        tail = f": {_said(e.output_tail)}" if e.output_tail else ""
         lines.append(f"  rank {e.rank} {_fate(e)}{tail}")
     return lines
+
+
+def _said(tail: str) -> str:
+    """What a worker's output tail says: its own report lines where it has some (gloo's
+    connection notices left out), else the tail as it is."""
+    prefix = "gangmesh check: "
+    own = [line.removeprefix(prefix) for line in tail.splitlines() if line.startswith(prefix)]
+    return "\n".join(own) if own else tail
 
 
 def _is_cause(e: WorkerExit) -> bool:

@@ -131,3 +131,12 @@ def test_lateness_within_a_barriers_cost_flags_nobody():
     lines, found = stragglers(everything, [Placement("h", 0)] * 2)
     assert not found["tp"]["consistent"]
     assert not any(line.startswith("consistently") for line in lines)
+
+
+def test_a_workers_own_lines_are_quoted_without_the_backends_notices():
+    tail = "[Gloo] Rank 1 is connected to 3 peer ranks.\ngangmesh check: rank 1: all_gather failed"
+    exits = [WorkerExit(0, 3, ""), WorkerExit(1, COLLECTIVE_FAILED, tail)]
+    assert (
+        failure_report(exits, "h")[-1]
+        == "  rank 1 saw a collective fail: rank 1: all_gather failed"
+    )
