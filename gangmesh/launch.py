@@ -18,9 +18,12 @@ GRACE_SECONDS = 10.0
 """How long survivors get, beyond the collective timeout, to exit after a peer failed."""
 
 QUIET_SECONDS = 3.0
-"""After a failure, how long workers may run on with no other worker ending; then they are
-taken to have stopped answering and are killed. Once a peer has exited, gloo fails every
-collective with it at once, so a worker that has not ended by then is in none."""
+"""After a failure, how long the last worker still running may run on once all the others
+have ended; then it is taken to have stopped answering and is killed. With every peer gone,
+gloo fails any collective at once, so a worker that has not ended by then is in none."""
+
+_POLL_SECONDS = 0.25
+"""After a failure, how often the launcher looks for stopped workers."""
 
 _PRELOAD = ["torch", "gangmesh.cli"]
 """What the process that forks the workers imports once, instead of once per worker."""
@@ -34,9 +37,9 @@ class WorkerExit:
     returncode: int
     output_tail: str
     killed: str | None = None
-    """Why the launcher killed it: ``"unanswering"`` (still running ``QUIET_SECONDS`` after
-    the last of the others ended, once one had failed), ``"late"`` (still running when the
-    grace period ran out); None when it ended by itself."""
+    """Why the launcher killed it, once a worker had failed: ``"unanswering"`` (stopped, or
+    the last one running ``QUIET_SECONDS`` after all the others ended), ``"late"`` (still
+    running when the grace period ran out); None when it ended by itself."""
     stopped: bool = False
     """It was stopped (SIGSTOP, a debugger) when the launcher killed it (Linux only)."""
 
@@ -49,10 +52,10 @@ def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> 
     paid once, not once per rank. Ranks meet through a file store in a private
     temporary folder and gloo is bound to the loopback interface, so nothing listens
     beyond this machine. Rank 0 writes to this process's stdout; the others' output
-    is kept for the report. Once a worker fails, workers that run on for
-    ``QUIET_SECONDS`` while none of the others ends have stopped answering and are
-    killed; the others get ``timeout`` plus a grace period to notice and exit, then they
-    are killed too. No worker outlives this call.
+    is kept for the report. Once a worker fails, a worker that is stopped (SIGSTOP, a
+    debugger), or the last one running ``QUIET_SECONDS`` after all the others ended, has
+    stopped answering and is killed; the others get ``timeout`` plus a grace period to
+    notice and exit, then they are killed too. No worker outlives this call.
     """
     context = _context()
     with tempfile.TemporaryDirectory(prefix="gangmesh-") as folder:
@@ -116,7 +119,9 @@ def _worker(rank: int, nproc: int, argv: list[str], output: str | None) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    sys.exit(code)
+    # No teardown: after a failure, releasing torch's groups can wait for peers that died
+    # or stopped, and the launcher would take this rank for one that stopped answering.
+    os._exit(code)
 
 
 def _wait_all(workers: list[BaseProcess], grace: float) -> dict[int, tuple[str, bool]]:
@@ -139,14 +144,22 @@ def _wait_all(workers: list[BaseProcess], grace: float) -> dict[int, tuple[str, 
             ended, last_end = len(workers) - len(running), now
         if deadline is None and any(worker.exitcode not in (None, 0) for worker in workers):
             deadline = now + grace
-        if deadline is not None and (now >= deadline or now >= last_end + QUIET_SECONDS):
-            why = "late" if now >= deadline else "unanswering"
-            for worker in running:
-                kills[workers.index(worker)] = (why, _is_stopped(worker.pid))
+        if deadline is not None:
+            stopped = {id(worker) for worker in running if _is_stopped(worker.pid)}
+            alone = len(running) == 1 and now >= last_end + QUIET_SECONDS
+            doomed = (
+                running
+                if now >= deadline or alone
+                else [worker for worker in running if id(worker) in stopped]
+            )
+            for worker in doomed:
+                why = "late" if now >= deadline else "unanswering"
+                kills[workers.index(worker)] = (why, id(worker) in stopped)
                 worker.kill()
                 worker.join()
-            continue
-        left = None if deadline is None else min(deadline, last_end + QUIET_SECONDS) - now
+            if doomed:
+                continue
+        left = None if deadline is None else min(deadline - now, _POLL_SECONDS)
         wait([worker.sentinel for worker in running], timeout=left)
 
 
