@@ -111,6 +111,7 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
                 for name in ("NotImplementedError", "RuntimeError", "TypeError", "ValueError")
             ),
             ("datetime.timedelta", "py:class", "library/datetime.html#$"),
+            ("pathlib.Path", "py:class", "library/pathlib.html#$"),
             # Bare, as autodoc leaves it in a class's __init__ (see torch's bare names).
             ("timedelta", "py:class", "library/datetime.html#datetime.timedelta"),
             *(

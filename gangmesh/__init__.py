@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from gangmesh.ops import all_sum as all_sum
     from gangmesh.ops import broadcast_flag as broadcast_flag
     from gangmesh.process_group_gang import ProcessGroupGang as ProcessGroupGang
+    from gangmesh.record import read_layout_record as read_layout_record
     from gangmesh.setup import setup_root_gang as setup_root_gang
     from gangmesh.topology import DENSE_DIMS as DENSE_DIMS
     from gangmesh.topology import DIM_NAMES as DIM_NAMES

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -51,15 +52,27 @@ class GangReport:
     """Message size in bytes -> mean all_reduce seconds."""
     communicators: int = 0
     """Communicators this process holds (set on the root's report only)."""
+    iters: int = 0
+    """Timed all_reduces per message size (0 when nothing was timed)."""
+    members: list[int] = field(default_factory=list)
+    """The global ranks of this process's group."""
+    last: list[int] = field(default_factory=list)
+    """Per barrier round, the global rank that arrived last (the same on every member)."""
+    lateness: list[float] = field(default_factory=list)
+    """Per barrier round, seconds between the first and the last arrival."""
+    own_wait: list[float] = field(default_factory=list)
+    """Per barrier round, seconds the last rank itself waited: what the barrier costs."""
 
 
 def check_gangs(
-    gangs: Gangs, plan: MeshTopology, sizes: Sequence[int], iters: int
+    gangs: Gangs, plan: MeshTopology, sizes: Sequence[int], iters: int, *, late: float = 0.0
 ) -> list[GangReport]:
-    """Check memberships and collectives of every gang; time all_reduce per size.
+    """Check memberships and collectives of every gang; time all_reduce per size and who
+    arrives last at ``iters`` barriers.
 
-    Every process must call it with the same arguments. Problems are described,
-    not raised; GangError still propagates when a peer dies or hangs.
+    Every process must call it with the same arguments, except ``late``: seconds this
+    process spends before each barrier it times (a straggler, for fault injection).
+    Problems are described, not raised; GangError still propagates when a peer dies or hangs.
     """
     rank = gangs.root.rank
     reports = []
@@ -69,12 +82,14 @@ def check_gangs(
             print(f"[{step}/{len(CHECKED_GANGS)}] checking {name} (size {gang.size})...",
                   file=sys.stderr, flush=True)  # fmt: skip
         members = list(range(plan.world_size)) if name == ROOT else plan.group_of(rank, name)
-        report = GangReport(name, gang.size)
+        report = GangReport(name, gang.size, members=members)
         report.problems.extend(_membership_problems(gang, members, rank))
         if not report.problems:
             report.problems.extend(_collective_problems(gang, members, rank))
             if gang.size > 1:
                 report.timings = _time_all_reduce(gang, sizes, iters)
+                report.iters = iters
+                _time_arrivals(gang, members, iters, late, report)
         reports.append(report)
     reports[0].communicators = len(gangs.communicators())
     return reports
@@ -143,6 +158,31 @@ def _time_all_reduce(gang: Gang, sizes: Sequence[int], iters: int) -> dict[int, 
     return timings
 
 
+def _time_arrivals(
+    gang: Gang, members: list[int], rounds: int, late: float, report: GangReport
+) -> None:
+    """Who arrives last at each of ``rounds`` barriers, and how late.
+
+    Clocks of different hosts do not agree, so arrival times are not compared: each
+    member times its own wait in the barrier, and the member that waited least arrived
+    last, later than the first by the difference between the longest and shortest wait.
+    """
+    waits = torch.empty(rounds, dtype=torch.float64)
+    for i in range(rounds):
+        if late:
+            time.sleep(late)
+        start = time.perf_counter()
+        gang.barrier()
+        waits[i] = time.perf_counter() - start
+    everyone = torch.empty(gang.size * rounds, dtype=torch.float64, device=gang.device)
+    gang.all_gather(everyone, waits.to(gang.device))
+    matrix = everyone.view(gang.size, rounds).cpu()
+    shortest, last = matrix.min(dim=0)
+    report.last = [members[i] for i in last.tolist()]
+    report.lateness = (matrix.max(dim=0).values - shortest).tolist()
+    report.own_wait = shortest.tolist()
+
+
 def gather_reports(gangs: Gangs, reports: list[GangReport]) -> list[list[GangReport]] | None:
     """Every process's reports on rank 0 (None elsewhere)."""
     everything = all_gather_objects(gangs.root, reports)
@@ -164,43 +204,69 @@ def summarize(
         for report in reports
         for problem in report.problems
     ]
-    header = f"{'gang':<5} {'size':>5} {'groups':>7}  {'check':<5}" + "".join(
-        f"  {_size_text(s) + ' lat us':>12} {'busbw GB/s':>10}" for s in sizes
-    )
-    lines = [header]
+    iters = max((r.iters for reports in everything for r in reports), default=0)
+    widest = max(sizes)
+    lines = [
+        "checked: membership; all_reduce, all_gather, all_to_all, reduce_scatter,",
+        "  broadcast (from each gang's last rank) and barrier, with known values",
+    ]
+    if iters:
+        lines += [
+            f"timed: all_reduce, the slowest rank's mean of {_plural(iters, 'iteration')} "
+            "per size (us);",
+            f"  GB/s: bus bandwidth at {_size_text(widest)}, as nccl-tests defines it",
+            f"{'gang':<5} {'size':>5} {'groups':>6} {'check':<5}"
+            + "".join(f" {_size_text(s) + ' us':>8}" for s in sizes)
+            + f" {'GB/s':>7}",
+        ]
     summary: dict[str, Any] = {
         "world_size": plan.world_size,
         "sizes": plan.sizes(),
         "order": list(plan.order),
+        "iters": iters,
         "gangs": {},
     }
+    single: list[str] = []
     for index, name in enumerate(CHECKED_GANGS):
         reports = [reports[index] for reports in everything]
         size = reports[0].size
         groups = 1 if name == ROOT else plan.group_count(name)
         ok = not any(r.problems for r in reports)
-        row = f"{name:<5} {size:>5} {groups:>7}  {'pass' if ok else 'FAIL':<5}"
         entry: dict[str, Any] = {"size": size, "groups": groups, "pass": ok, "sizes": {}}
+        summary["gangs"][name] = entry
+        if size == 1 and ok:
+            single.append(name)
+            continue
+        row = f"{name:<5} {size:>5} {groups:>6} {'pass' if ok else 'FAIL':<5}"
+        busbw_text = "-"
         for s in sizes:
             times = [r.timings[s] for r in reports if s in r.timings]
             if not times:
-                row += f"  {'-':>12} {'-':>10}"
+                row += f" {'-':>8}"
                 continue
             slowest = max(times)
             busbw = bus_bandwidth(s, slowest, size)
-            row += f"  {slowest * 1e6:>12.1f} {busbw:>10.3f}"
+            row += f" {slowest * 1e6:>8.1f}"
             entry["sizes"][s] = {"latency_us": slowest * 1e6, "busbw_GB_per_s": busbw}
-        lines.append(row)
-        summary["gangs"][name] = entry
+            if s == widest:
+                busbw_text = f"{busbw:.3f}"
+        lines.append(row + f" {busbw_text:>7}")
+    if single:
+        lines.append(f"size 1 (pass): {', '.join(single)}")
     counts = [reports[0].communicators for reports in everything]
     summary["communicators_per_process"] = counts
     lines.append(
         f"communicators per process: {min(counts)}"
         + (f" to {max(counts)}" if max(counts) != min(counts) else "")
-        + " (one per distinct set of ranks, root included; none for gangs of size 1)"
+        + " (one per distinct set of ranks, root included)"
     )
     summary["failures"] = failures
     return "\n".join(lines) + "\n", failures, summary
+
+
+def _plural(count: int, noun: str) -> str:
+    """``"1 rank"``, ``"2 ranks"``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _size_text(size: int) -> str:
@@ -235,19 +301,81 @@ def nodes_text(placements: list[Placement]) -> tuple[str, list[str]]:
         by_node.setdefault(placement.node, []).append(rank)
     lines, problems = [], []
     for node, ranks in sorted(by_node.items()):
-        span = f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+        span = f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {ranks[0]}"
         consecutive = ranks == list(range(ranks[0], ranks[-1] + 1))
         lines.append(
-            f"  node {node} on {placements[ranks[0]].host}: ranks "
-            + (span if consecutive else ", ".join(map(str, ranks)))
+            f"  node {node} on {placements[ranks[0]].host}: "
+            + (span if consecutive else "ranks " + ", ".join(map(str, ranks)))
         )
         if not consecutive:
             problems.append(f"node {node}: ranks {ranks} are not consecutive")
-    counts = " / ".join(sorted({str(len(ranks)) for ranks in by_node.values()}))
-    header = f"nodes: {len(by_node)}, {counts} ranks each"
+    counts = sorted({len(ranks) for ranks in by_node.values()})
+    each = " / ".join(map(str, counts)) + (" rank" if counts == [1] else " ranks")
+    header = (
+        f"nodes: 1 of {_plural(counts[0], 'rank')}"
+        if len(by_node) == 1
+        else f"nodes: {len(by_node)}, {each} each"
+    )
     return "\n".join([header, *lines]), problems
 
 
 def describe_failure(ex: GangError, rank: int) -> str:
     """One line for a communication failure seen by ``rank``."""
     return f"rank {rank}: {ex}".splitlines()[0]
+
+
+STRAGGLER_SHARE = 0.8
+"""A rank is flagged as consistently slowest when it arrives last at this share of a group's
+barriers (at least 5), later than the first by more than a barrier costs, in the median."""
+
+
+def stragglers(
+    everything: list[list[GangReport]], placements: list[Placement]
+) -> tuple[list[str], dict[str, Any]]:
+    """Per gang, the rank that arrived last most often at its barriers and by how much, in
+    the group where it was latest (a consistently slowest rank first); lines for people
+    and a JSON-ready dict."""
+    lines: list[str] = []
+    found: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(CHECKED_GANGS):
+        groups = {tuple(r.members): r for r in (reports[index] for reports in everything)}
+        worst: dict[str, Any] | None = None
+        for report in groups.values():
+            if not report.last:
+                continue
+            rank = max(set(report.last), key=report.last.count)
+            rounds = [i for i, who in enumerate(report.last) if who == rank]
+            late = float(np.median([report.lateness[i] for i in rounds]))
+            cost = float(np.median([report.own_wait[i] for i in rounds]))
+            entry: dict[str, Any] = {
+                "rank": rank,
+                "host": placements[rank].host,
+                "group": report.members,
+                "last_in": len(rounds),
+                "rounds": len(report.last),
+                "median_lateness_ms": late * 1e3,
+                "consistent": len(report.last) >= 5
+                and len(rounds) >= STRAGGLER_SHARE * len(report.last)
+                and late > cost,
+            }
+            if worst is None or (entry["consistent"], late) > (
+                worst["consistent"],
+                worst["median_lateness_ms"] / 1e3,
+            ):
+                worst = entry
+        if worst is None:
+            continue
+        found[name] = worst
+        lines.append(
+            f"  {name:<5} rank {worst['rank']} on {worst['host']}: last at {worst['last_in']} "
+            f"of {worst['rounds']} barriers, {worst['median_lateness_ms']:.2f} ms after the first"
+        )
+    slow: dict[tuple[int, str], list[str]] = {}
+    for name, entry in found.items():
+        if entry["consistent"]:
+            slow.setdefault((entry["rank"], entry["host"]), []).append(name)
+    for (rank, host), names in slow.items():
+        lines.append(f"consistently slowest: rank {rank} on {host} (in {', '.join(names)})")
+    if lines:
+        lines.insert(0, "last to arrive at each gang's barriers (median lateness):")
+    return lines, found

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import socket
 import sys
 from datetime import timedelta
+from typing import Any
 
 import torch
 
@@ -18,20 +21,28 @@ from gangmesh.check import (
     gather_reports,
     nodes_text,
     parse_sizes,
+    stragglers,
     summarize,
     this_placement,
 )
 from gangmesh.environment import read_launch_environment
 from gangmesh.factories import create_gangs
 from gangmesh.gang import Gang, GangError
-from gangmesh.launch import run_local_workers
+from gangmesh.launch import QUIET_SECONDS, WorkerExit, run_local_workers
 from gangmesh.layout import Layout
 from gangmesh.locality import check_ranks_per_node
 from gangmesh.ops import all_gather_objects, broadcast_flag
 from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.record import layout_record
 from gangmesh.render import findings_text
 from gangmesh.setup import setup_root_gang
 from gangmesh.topology import MeshTopology
+
+STRAGGLER_SECONDS = 0.1
+"""How late the rank that ``--inject-fault slow`` makes a straggler arrives at each barrier."""
+
+COLLECTIVE_FAILED = 4
+"""Exit status of a rank whose collective failed (a peer died, stopped answering or timed out)."""
 
 
 def check_locally(args: argparse.Namespace, layout: Layout, argv: list[str]) -> int:
@@ -49,16 +60,63 @@ def check_locally(args: argparse.Namespace, layout: Layout, argv: list[str]) -> 
     failed = [e for e in exits if e.returncode != 0]
     if not failed:
         return 0
-    lines = [f"gangmesh check: FAILED on {len(failed)} of {args.nproc} processes"]
-    for e in failed:
-        how = (
-            "was killed after the others failed"
-            if e.returncode < 0
-            else (f"exited with code {e.returncode}")
-        )
-        lines.append(f"  rank {e.rank} {how}" + (f": {e.output_tail}" if e.output_tail else ""))
-    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.write("\n".join(failure_report(exits, socket.gethostname())) + "\n")
     return 1
+
+
+def failure_report(exits: list[WorkerExit], host: str) -> list[str]:
+    """What went wrong, cause first: a rank that died, crashed or stopped answering, then
+    what the others said. Ranks that merely saw a collective fail are not causes."""
+    failed = [e for e in exits if e.returncode != 0]
+    causes = [e for e in failed if _is_cause(e)]
+    others = [e for e in failed if e not in causes]
+    if causes:
+        what = "; ".join(f"rank {e.rank} on {host} {_fate(e)}" for e in causes)
+        lines = [f"gangmesh check: FAILED: {what}"]
+        if others:
+            noun = "process" if len(others) == 1 else "processes"
+            lines[0] += f"; {len(others)} other {noun} failed after it"
+    else:
+        lines = [f"gangmesh check: FAILED on {len(failed)} of {len(exits)} processes"]
+    for e in causes + others:
+        tail = f": {_said(e.output_tail)}" if e.output_tail else ""
+        lines.append(f"  rank {e.rank} {_fate(e)}{tail}")
+    return lines
+
+
+def _said(tail: str) -> str:
+    """What a worker's output tail says: its own report lines where it has some (gloo's
+    connection notices left out), else the tail as it is."""
+    prefix = "gangmesh check: "
+    own = [line.removeprefix(prefix) for line in tail.splitlines() if line.startswith(prefix)]
+    return "\n".join(own) if own else tail
+
+
+def _is_cause(e: WorkerExit) -> bool:
+    """A worker that failed on its own: killed from outside, crashed, or stopped answering."""
+    if e.killed is not None:
+        return e.killed == "unanswering"
+    return e.returncode not in (0, COLLECTIVE_FAILED, 1)
+
+
+def _fate(e: WorkerExit) -> str:
+    if e.killed == "unanswering":
+        if e.stopped:
+            return "stopped answering: it was stopped (SIGSTOP or a debugger); killed"
+        return (
+            f"stopped answering: still running {QUIET_SECONDS:g} s after the others ended; killed"
+        )
+    if e.killed == "late":
+        return "was killed: still running when the timeout and grace period had passed"
+    if e.returncode < 0:
+        try:
+            name = signal.Signals(-e.returncode).name
+        except ValueError:
+            name = f"signal {-e.returncode}"
+        return f"died of {name}"
+    if e.returncode == COLLECTIVE_FAILED:
+        return "saw a collective fail"
+    return f"exited with code {e.returncode}"
 
 
 def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
@@ -75,19 +133,28 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
         if args.ranks_per_node is not None:
             check_ranks_per_node(root.size, args.ranks_per_node)
         gangs = create_gangs(root, **layout.keywords(), timeout=timeout)
-        if args.inject_exit_rank == rank:
-            os._exit(3)  # a crash, for fault-injection tests: no cleanup, no goodbye
+        if args.inject_rank == rank and args.inject_fault != "slow":
+            _inject(args.inject_fault)
         per_node = args.ranks_per_node or _ranks_per_node(args) or root.size
         placements = all_gather_objects(root, this_placement(rank, per_node))
-        reports = check_gangs(gangs, plan, sizes, args.iters)
+        record = layout_record(gangs)
+        late = STRAGGLER_SECONDS if args.inject_rank == rank and args.inject_fault == "slow" else 0
+        reports = check_gangs(gangs, plan, sizes, args.iters, late=late)
         everything = gather_reports(gangs, reports)
         passed = True
         if everything is not None:
-            passed = _report(args, root, plan, everything, sizes, placements)
+            passed = _report(args, root, plan, everything, sizes, placements, record)
         return 0 if broadcast_flag(root, passed) else 1
     except GangError as ex:
         sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")
-        return 1
+        return COLLECTIVE_FAILED
+
+
+def _inject(fault: str) -> None:
+    """A fault, for fault-injection tests: exit without cleanup, die of SIGKILL, or stop."""
+    if fault == "exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
 
 
 def _root_gang(init_method: str | None, timeout: timedelta) -> Gang:
@@ -109,6 +176,7 @@ def _report(
     everything: list[list[GangReport]],
     sizes: list[int],
     placements: list[Placement],
+    record: dict[str, Any],
 ) -> bool:
     """Print the table, nodes, findings and verdict on rank 0; write the JSON.
 
@@ -118,8 +186,11 @@ def _report(
     layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
     noun = "process" if plan.world_size == 1 else "processes"
     out = sys.stdout if args.json != "-" else sys.stderr
-    print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}, {layout}", file=out)
+    print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}", file=out)
+    print(f"layout: {layout}", file=out)
     print(table, end="", file=out)
+    late_lines, summary["stragglers"] = stragglers(everything, placements)
+    print("\n".join(late_lines), file=out)
     nodes, node_problems = nodes_text(placements)
     print(nodes, file=out)
     failures.extend(node_problems)
@@ -127,6 +198,7 @@ def _report(
     findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
     lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
     print("\n".join(lines), file=out)
+    summary["layout_record"] = record
     summary["nodes"] = [{"host": p.host, "node": p.node} for p in placements]
     summary["locality_findings"] = [
         {"dim": f.dim, "group": f.group, "nodes": f.nodes, "avoidable": f.avoidable,

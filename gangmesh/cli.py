@@ -33,6 +33,16 @@ OPTIONS: dict[str, str] = {
 }
 """The command-line spelling of each name the planner's error messages use."""
 
+CHECK_OPTIONS: dict[str, str] = {
+    **OPTIONS,
+    **{name: option(name) for name in ("nproc", "sizes", "iters", "timeout")},
+    "world_size": "--nproc",
+}
+"""The same for ``gangmesh check`` started locally, where ``--nproc`` is the world size."""
+
+LAUNCHED_CHECK_OPTIONS: dict[str, str] = {**CHECK_OPTIONS, "world_size": "the world size"}
+"""The same for ``gangmesh check`` under a launcher, which sets the world size."""
+
 
 class _HelpFormatter(argparse.HelpFormatter):
     """Help that shows each option's default, where it has one worth showing."""
@@ -121,7 +131,8 @@ def build_parsers(
         description=(
             "Build the gangs on every process, check memberships against the plan, run "
             "all_reduce, all_gather, all_to_all, reduce_scatter, broadcast and barrier on "
-            "every gang, time all_reduce, and report where each rank runs. "
+            "every gang, time all_reduce and who arrives last at barriers, and report "
+            "where each rank runs. "
             "Under torchrun or SLURM each process takes part as its rank; otherwise NPROC "
             "local CPU processes are started (gloo on 127.0.0.1)."
         ),
@@ -130,7 +141,12 @@ def build_parsers(
     check.add_argument("--nproc", type=int, default=4, help="local processes")
     _add_dim_arguments(check)
     check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
-    check.add_argument("--iters", type=int, default=10, help="timed all_reduces per size")
+    check.add_argument(
+        "--iters",
+        type=int,
+        default=10,
+        help="timed all_reduces per size, and timed barriers per gang",
+    )
     check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     check.add_argument(
         "--ranks-per-node",
@@ -142,7 +158,13 @@ def build_parsers(
         "--json", help="write the results as JSON to this file, or to standard output for -"
     )
     check.add_argument("--init-method", help=argparse.SUPPRESS)
-    check.add_argument("--inject-exit-rank", type=int, help=argparse.SUPPRESS)
+    check.add_argument("--inject-rank", type=int, help=argparse.SUPPRESS)
+    check.add_argument(
+        "--inject-fault",
+        choices=("exit", "kill", "stop", "slow"),
+        default="exit",
+        help=argparse.SUPPRESS,
+    )
     return parser, {"plan": plan, "check": check}
 
 
@@ -239,23 +261,27 @@ def run_check(args: argparse.Namespace, argv: list[str]) -> int:
     return check_locally(args, layout, argv)
 
 
-def option_spelling(message: str) -> str:
+def option_spelling(message: str, options: dict[str, str] = OPTIONS) -> str:
     """A planner's message with the names it starts with (and sizes) spelled as options.
+
+    ``options`` maps each name to its spelling (``plan``'s by default).
 
     >>> option_spelling("dp_shard, tp: tp=3 does not divide world_size 32")
     '--dp-shard, --tp: --tp=3 does not divide --world-size 32'
+    >>> option_spelling("tp: tp=4 does not divide world_size 6", CHECK_OPTIONS)
+    '--tp: --tp=4 does not divide --nproc 6'
     """
     subject, colon, rest = message.partition(": ")
     names = re.split(r", | and ", subject)
-    if not colon or not all(name in OPTIONS for name in names):
+    if not colon or not all(name in options for name in names):
         return message
     for name in names:
-        subject = re.sub(rf"\b{name}\b", OPTIONS[name], subject)
+        subject = re.sub(rf"\b{name}\b", options[name], subject)
     if names != ["order"]:
-        rest = re.sub(r"\b(\w+)=(?=-?\d)", lambda m: f"{OPTIONS.get(m[1], m[1])}=", rest)
-        rest = re.sub(r"\bworld_size (?=\d)", "--world-size ", rest)
+        rest = re.sub(r"\b(\w+)=(?=-?\d)", lambda m: f"{options.get(m[1], m[1])}=", rest)
+        rest = re.sub(r"\bworld_size(?= (?:is )?\d)", options["world_size"], rest)
         inferred = r"\b(\w+)(?= cannot infer| is -1 by default)"
-        rest = re.sub(inferred, lambda m: OPTIONS.get(m[1], m[1]), rest)
+        rest = re.sub(inferred, lambda m: options.get(m[1], m[1]), rest)
     return f"{subject}: {rest}"
 
 
@@ -277,8 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_check(args, sys.argv[1:] if argv is None else list(argv))
         return run_plan(args)
     except ValueError as ex:
-        text = option_spelling(str(ex)) if args.command == "plan" else str(ex)
-        return _fail(args.command, text)
+        return _fail(args.command, option_spelling(str(ex), _spellings(args)))
     except _Failure as ex:
         return _fail(args.command, str(ex))
     except MemoryError:
@@ -292,6 +317,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args.command, f"{ex.filename}: {ex.strerror}" if ex.filename else str(ex))
     except KeyboardInterrupt:
         return 130
+
+
+def _spellings(args: argparse.Namespace) -> dict[str, str]:
+    """How the names in an error message are spelled for the command that runs."""
+    if args.command == "plan":
+        return OPTIONS
+    env = read_launch_environment()
+    launched = args.init_method is None and env is not None and env.world_size > 1
+    return LAUNCHED_CHECK_OPTIONS if launched else CHECK_OPTIONS
 
 
 def _fail(command: str, text: str) -> int:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from types import TracebackType
-from typing import NoReturn, overload
+from typing import Any, NoReturn, overload
 
 import torch
 import torch.distributed as dist
@@ -243,6 +244,31 @@ class Gangs(Mapping[str, Gang]):
             ),
             key=lambda info: (len(info.ranks), info.ranks),
         )
+
+    def layout_record(self) -> dict[str, Any]:
+        """The job's layout record (see :func:`gangmesh.record.layout_record`): every process
+        must call it.
+
+        :raises GangError: a peer died or did not answer.
+        """
+        from gangmesh.record import layout_record
+
+        return layout_record(self)
+
+    def write_layout_record(self, path: str | Path) -> dict[str, Any]:
+        """Gather the layout record and write it as JSON to ``path`` from root rank 0 only;
+        every process must call it. Returns the record.
+
+        :param path: the file rank 0 writes.
+        :raises GangError: a peer died or did not answer.
+        :raises OSError: rank 0 cannot write ``path``.
+        """
+        from gangmesh.record import layout_record, write_layout_record
+
+        record = layout_record(self)
+        if self.root.rank == 0:
+            write_layout_record(record, path)
+        return record
 
     def __repr__(self) -> str:
         rank = self.root.rank

@@ -17,6 +17,14 @@ from pathlib import Path
 GRACE_SECONDS = 10.0
 """How long survivors get, beyond the collective timeout, to exit after a peer failed."""
 
+QUIET_SECONDS = 3.0
+"""After a failure, how long the last worker still running may run on once all the others
+have ended; then it is taken to have stopped answering and is killed. With every peer gone,
+gloo fails any collective at once, so a worker that has not ended by then is in none."""
+
+_POLL_SECONDS = 0.25
+"""After a failure, how often the launcher looks for stopped workers."""
+
 _PRELOAD = ["torch", "gangmesh.cli"]
 """What the process that forks the workers imports once, instead of once per worker."""
 
@@ -28,6 +36,12 @@ class WorkerExit:
     rank: int
     returncode: int
     output_tail: str
+    killed: str | None = None
+    """Why the launcher killed it, once a worker had failed: ``"unanswering"`` (stopped, or
+    the last one running ``QUIET_SECONDS`` after all the others ended), ``"late"`` (still
+    running when the grace period ran out); None when it ended by itself."""
+    stopped: bool = False
+    """It was stopped (SIGSTOP, a debugger) when the launcher killed it (Linux only)."""
 
 
 def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> list[WorkerExit]:
@@ -38,8 +52,10 @@ def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> 
     paid once, not once per rank. Ranks meet through a file store in a private
     temporary folder and gloo is bound to the loopback interface, so nothing listens
     beyond this machine. Rank 0 writes to this process's stdout; the others' output
-    is kept for the report. Once a worker fails, the others get ``timeout`` plus a
-    grace period to notice and exit; then they are killed. No worker outlives this call.
+    is kept for the report. Once a worker fails, a worker that is stopped (SIGSTOP, a
+    debugger), or the last one running ``QUIET_SECONDS`` after all the others ended, has
+    stopped answering and is killed; the others get ``timeout`` plus a grace period to
+    notice and exit, then they are killed too. No worker outlives this call.
     """
     context = _context()
     with tempfile.TemporaryDirectory(prefix="gangmesh-") as folder:
@@ -54,15 +70,20 @@ def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> 
                 )
                 worker.start()
                 workers.append(worker)
-            codes = _wait_all(workers, timeout + GRACE_SECONDS)
+            kills = _wait_all(workers, timeout + GRACE_SECONDS)
         finally:
             for worker in workers:
                 if worker.exitcode is None:
                     worker.kill()
                 worker.join()
         return [
-            WorkerExit(rank, code, _tail(logs[rank]) if rank else "")
-            for rank, code in enumerate(codes)
+            WorkerExit(
+                rank,
+                worker.exitcode if worker.exitcode is not None else -9,
+                _tail(logs[rank]) if rank else "",
+                *kills.get(rank, (None, False)),
+            )
+            for rank, worker in enumerate(workers)
         ]
 
 
@@ -98,26 +119,57 @@ def _worker(rank: int, nproc: int, argv: list[str], output: str | None) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    sys.exit(code)
+    # No teardown: after a failure, releasing torch's groups can wait for peers that died
+    # or stopped, and the launcher would take this rank for one that stopped answering.
+    os._exit(code)
 
 
-def _wait_all(workers: list[BaseProcess], grace: float) -> list[int]:
-    """Exit codes of every worker; after the first failure, kill those still running
-    once ``grace`` seconds have passed (their code is then -9)."""
+def _wait_all(workers: list[BaseProcess], grace: float) -> dict[int, tuple[str, bool]]:
+    """Wait for every worker; once one has failed, kill those that stopped answering (see
+    ``QUIET_SECONDS``) and, after ``grace`` seconds, any still running.
+
+    Returns, for each rank killed here, why (``"unanswering"`` or ``"late"``) and whether
+    it was stopped.
+    """
+    kills: dict[int, tuple[str, bool]] = {}
     deadline: float | None = None
+    last_end = time.monotonic()
+    ended = 0
     while True:
         running = [worker for worker in workers if worker.exitcode is None]
         if not running:
-            return [worker.exitcode for worker in workers if worker.exitcode is not None]
+            return kills
+        now = time.monotonic()
+        if len(workers) - len(running) != ended:
+            ended, last_end = len(workers) - len(running), now
         if deadline is None and any(worker.exitcode not in (None, 0) for worker in workers):
-            deadline = time.monotonic() + grace
-        if deadline is not None and time.monotonic() >= deadline:
-            for worker in running:
+            deadline = now + grace
+        if deadline is not None:
+            stopped = {id(worker) for worker in running if _is_stopped(worker.pid)}
+            alone = len(running) == 1 and now >= last_end + QUIET_SECONDS
+            doomed = (
+                running
+                if now >= deadline or alone
+                else [worker for worker in running if id(worker) in stopped]
+            )
+            for worker in doomed:
+                why = "late" if now >= deadline else "unanswering"
+                kills[workers.index(worker)] = (why, id(worker) in stopped)
                 worker.kill()
                 worker.join()
-            continue
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if doomed:
+                continue
+        left = None if deadline is None else min(deadline - now, _POLL_SECONDS)
         wait([worker.sentinel for worker in running], timeout=left)
+
+
+def _is_stopped(pid: int | None) -> bool:
+    """Whether the process is stopped by a signal or a tracer (Linux's /proc; else False)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] in (["T"], ["t"])
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -125,10 +125,8 @@ def findings_text(
             return ["locality: no checked gang (tp, cp, ep; dp_shard with replicas) crosses a node"]
         return [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
     if ranks_per_node >= plan.world_size:
-        return [
-            f"locality: one node of {ranks_per_node} ranks holds all {plan.world_size} ranks, "
-            f"so no gang crosses a node"
-        ]
+        held = "the only rank" if plan.world_size == 1 else f"all {plan.world_size} ranks"
+        return [f"locality: one node holds {held}, so no gang crosses a node"]
     found = {f.dim for f in findings}
     checked = checked_dims(plan)
     fine = [f"{dim} (size {plan.size_of(dim)})" for dim in checked if dim not in found]

@@ -21,6 +21,7 @@ import numpy as np
 from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
 from gangmesh.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.render import finding_label, findings_text
+from gangmesh.svg_overview import OVERVIEW_WIDTH, overview
 from gangmesh.svg_shapes import (
     CELL_H,
     Grid,
@@ -75,7 +76,8 @@ def plan_svg(
         sizes += f"; order {','.join(plan.order)}"
     legend = _legend(plan, grid, panels, rank)
     footer = _footer(plan, per_node, list(findings.values()))
-    return _page(title, sizes, legend, panels, footer)
+    structure = overview(plan, per_node, dims) if plan.world_size > SVG_FULL_RANKS else None
+    return _page(title, sizes, legend, panels, footer, structure)
 
 
 def _page(
@@ -84,13 +86,16 @@ def _page(
     legend: list[tuple[str, str]],
     panels: list[_Panel],
     footer: list[str],
+    structure: tuple[list[str], float] | None = None,
 ) -> str:
-    """The whole picture: title, legend, the panels in rows, the locality report."""
+    """The whole picture: title, legend, the overview of a large world, the panels in
+    rows, the locality report."""
     panel_w = max([0.0, *(p.width for p in panels)])
     columns = max(1, min(len(panels), int(_MAX_WIDTH // (panel_w + _PANEL_GAP))))
     heading = [title, *sizes.split("; ")]
     width = max(
         columns * (panel_w + _PANEL_GAP) - _PANEL_GAP,
+        0 if structure is None else OVERVIEW_WIDTH,
         text_width(title, 16, bold=True),
         *(text_width(line, 13) for line in heading[1:]),
         480,
@@ -111,6 +116,11 @@ def _page(
         body.append(f'<g class="legend" transform="translate({_MARGIN},{y:g})">{swatch}{label}</g>')
         y += 4 + 16 * len(lines)
     y += 10
+    if structure is not None and panels:
+        parts, height = structure
+        body.append(f'<g class="overview" transform="translate({_MARGIN},{y:g})">')
+        body.extend([*parts, "</g>"])
+        y += height + _PANEL_GAP
     if not panels:
         body.append(text_at(_MARGIN, y + 14, "every dimension has size 1: one rank, no gangs", 13))
         y += 24

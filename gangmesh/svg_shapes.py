@@ -31,9 +31,21 @@ def dashed(colour: str) -> str:
     return f'fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="5 3"'
 
 
+PALETTE = (
+    "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
+    "#b3de69", "#fccde5", "#bc80bd", "#ccebc5", "#ffed6f",
+)  # fmt: skip
+"""Light fills that stay distinct side by side (ColorBrewer's Set3 less its grey)."""
+
+
 def colour_of(group: int) -> str:
-    """A light fill of its own for each group: hues a golden angle apart."""
-    red, green, blue = colorsys.hls_to_rgb((group * 0.381966) % 1.0, 0.82, 0.7)
+    """A light fill of its own for each group: the palette first, then hues a golden angle
+    apart at five lightnesses in turn, so that neighbours differ and no two of the first 512
+    are the same (a panel draws at most SVG_FULL_RANKS groups)."""
+    if 0 <= group < len(PALETTE):
+        return PALETTE[group]
+    lightness = (0.82, 0.7, 0.9, 0.76, 0.64)[group % 5]
+    red, green, blue = colorsys.hls_to_rgb((group * 0.381966) % 1.0, lightness, 0.7)
     return f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
 
 

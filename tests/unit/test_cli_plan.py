@@ -47,7 +47,7 @@ def test_a_world_on_one_node_has_nothing_to_cross(capsys):
     assert main(["plan", "--world-size", "8", "--tp", "2", "--ranks-per-node", "16"]) == 0
     out = capsys.readouterr().out
     assert "16 ranks per node (1 node)" in out
-    assert "locality: one node of 16 ranks holds all 8 ranks, so no gang crosses a node" in out
+    assert "locality: one node holds all 8 ranks, so no gang crosses a node" in out
 
 
 def test_a_finding_to_fix_is_labelled_and_fails_strict(capsys):
@@ -127,7 +127,7 @@ def test_json_findings_say_whether_they_are_avoidable(capsys):
         ),
         (
             ["--world-size", "32", "--dp-shard", "3", "--tp", "2"],
-            "--dp-shard, --tp: --dp-shard=3 * --tp=2 = 6, but world_size is 32",
+            "--dp-shard, --tp: --dp-shard=3 * --tp=2 = 6, but --world-size is 32",
         ),
         (["--world-size", "8", "--tp", "-1"], "--dp-shard and --tp: at most one size may be -1"),
         (["--world-size", "8", "--rank", "8"], "--rank: expected a rank in [0, 8), got 8"),
@@ -207,8 +207,25 @@ def test_plan_never_imports_torch(fmt):
 def test_check_refuses_nodes_that_do_not_divide_the_processes_before_starting_any(capsys):
     assert main(["check", "--nproc", "4", "--ranks-per-node", "3"]) == 2
     err = capsys.readouterr().err
-    assert "ranks_per_node: expected a factor of world_size 4" in err
+    assert "--ranks-per-node: expected a factor of --nproc 4" in err
     assert "starting" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nproc", "6", "--tp", "4"], "--tp: --tp=4 does not divide --nproc 6, so --dp-shard "
+         "cannot infer its size (--dp-shard is -1 by default)"),
+        (["--nproc", "4", "--tp", "3", "--dp-shard", "2"],
+         "--dp-shard, --tp: --dp-shard=2 * --tp=3 = 6, but --nproc is 4"),
+        (["--sizes", "1"], "--sizes: expected sizes of at least 4 bytes"),
+    ],
+)  # fmt: skip
+def test_check_errors_name_the_options_typed(capsys, args, message):
+    assert main(["check", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gangmesh check: error: {message}"), err
+    assert "world_size" not in err and "tp=" not in err.replace("--tp=", "")
 
 
 def test_order_also_takes_the_megatron_spelling_that_plans_print(capsys):

@@ -177,3 +177,32 @@ def test_a_single_rank_says_there_is_nothing_to_draw(tmp_path):
     root = draw(tmp_path, ["--world-size", "1"])
     assert not panels(root)
     assert "every dimension has size 1: one rank, no gangs" in texts(root)
+
+
+def test_a_large_world_shows_which_nodes_each_stage_and_group_spans(tmp_path):
+    args = ["--world-size", "1024", "--pp", "4", "--tp", "8", "--ranks-per-node", "8"]
+    root = draw(tmp_path, args)
+    (structure,) = root.iterfind(".//s:g[@class='overview']", NS)
+    strips = {s.get("data-dim"): s for s in structure.iterfind("s:g[@class='strip']", NS)}
+    assert set(strips) == {"pp", "dp_shard", "tp", "efsdp"}
+    stages = [int(c.get("data-coordinate")) for c in strips["pp"].iterfind("s:g", NS)]
+    assert stages == [node // 32 for node in range(128)], "a cell per node, its stage"
+    tp = {int(c.get("data-coordinate")) for c in strips["tp"].iterfind("s:g", NS)}
+    assert tp == {-1}, "every node holds all 8 tp ranks"
+    words = " ".join(t.text or "" for t in structure.iter(f"{{{NS['s']}}}text"))
+    assert "stage 0: nodes 0-31; stage 1: nodes 32-63" in words
+    assert "group 0 spans 4 nodes (0, 32, 64, 96)" in words
+    assert "every group within one node (group 0 on node 0)" in words
+    fills = [r.get("fill") for r in strips["pp"].iterfind("s:g/s:rect", NS)]
+    assert len(set(fills)) == 4, "one colour per stage"
+
+
+def test_a_world_drawn_whole_has_no_overview(tmp_path):
+    assert not list(draw(tmp_path, HSDP).iterfind(".//s:g[@class='overview']", NS))
+
+
+def test_group_colours_stay_distinct():
+    from gangmesh.svg_shapes import colour_of
+
+    colours = [colour_of(group) for group in range(512)]
+    assert len(set(colours)) == len(colours)
