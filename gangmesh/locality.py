@@ -269,11 +269,16 @@ def _order_fix(plan: Plan, name: str, per_node: int) -> tuple[str, ...] | None:
 
 
 def _size_fix(plan: Plan, name: str, per_node: int) -> dict[str, Any] | None:
-    """The largest smaller size of ``name`` (another dimension inferring the rest) that
-    keeps its groups in a unit, as a layout change."""
+    """The size of ``name`` nearest its own (the smaller of two as near), up to what a unit
+    leaves it, that keeps its groups in a unit (another dimension inferring the rest), as
+    a layout change."""
     layout = plan.layout
+    view = plan.view_of(name)
+    inner = math.prod(view.sizes[view.names.index(name) + 1 :])
     relief = FACTS[Dim(name)].relief or (Dim.DP_SHARD if name != Dim.DP_SHARD else None)
-    for size in range(layout.size(name) - 1, 0, -1):
+    current = layout.size(name)
+    sizes = range(1, max(current - 1, per_node // inner) + 1)
+    for size in sorted((s for s in sizes if s != current), key=lambda s: (abs(s - current), s)):
         change: dict[str, Any] = {name: size}
         if name in DENSE_DIMS and relief is not None:
             change[relief] = -1
