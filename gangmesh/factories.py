@@ -192,8 +192,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
     Without ``intra_node_size``: sdp = dp and rdp has size 1 (fully sharded).
     With it: sdp groups of ``intra_node_size`` consecutive dp ranks, rdp groups
     strided by it; for 8 processes and 4: sdp [0,1,2,3] [4,5,6,7], rdp [0,4]
-    [1,5] [2,6] [3,7]. Gangs that placement laid out are placed again, from the
-    sites the processes report. Works with any tp size, on gloo and NCCL. Returns new
+    [1,5] [2,6] [3,7]. Gangs that placement laid out are placed again, over the same
+    sites. Works with any tp size, on gloo and NCCL. Returns new
     Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
     ``gangs`` where the members are the same.
 
@@ -214,8 +214,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
             raise _with_hint(error, gangs.root.size, shard)
         replicate = dp_size // shard
     layout = dataclasses.replace(gangs.plan.layout, dp_replicate=replicate, dp_shard=shard)
-    placed = bool(gangs.plan.placement) or None
-    return create_gangs(gangs.root, **layout.keywords(), timeout=gangs.timeout, placement=placed)
+    sites = list(gangs.plan.sites) or None
+    return create_gangs(gangs.root, **layout.keywords(), timeout=gangs.timeout, placement=sites)
 
 
 def create_fake_gangs(device: torch.device) -> Gangs:

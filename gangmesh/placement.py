@@ -91,6 +91,8 @@ def placement_order(plan: MeshTopology, sites: Sequence[Site]) -> tuple[np.ndarr
         raise ValueError(
             f"sites: expected the site of each of the {world} ranks, got {len(sites)} sites"
         )
+    if plan.placement:
+        plan = MeshTopology.from_layout(world, plan.layout)
     everywhere = np.arange(world, dtype=np.int64)
     dense_view, expert_view = plan.view(), plan.view(expert=True)
     unplaced = everywhere, expert_view.ranks(everywhere)
@@ -174,11 +176,12 @@ def _uniform(plan: MeshTopology, name: str) -> bool:
 
 
 def place(plan: MeshTopology, sites: Sequence[Site]) -> MeshTopology:
-    """``plan`` laid over :func:`placement_order` of ``sites``.
+    """``plan`` laid over :func:`placement_order` of ``sites``, which it keeps
+    (:attr:`~gangmesh.MeshTopology.sites`).
 
     :param plan: the plan to place (unplaced).
     :param sites: the site of each global rank.
     :raises ValueError: ``sites`` does not hold one site per rank of ``plan``.
     """
     dense, expert = placement_order(plan, sites)
-    return plan.placed(dense, expert)
+    return plan.placed(dense, expert, sites=sites)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gangmesh._checks import check_int, check_positive
-from gangmesh.cluster import Cluster
+from gangmesh.cluster import Cluster, Site
 from gangmesh.dims import (
     ALIASES,
     DENSE_DIMS,
@@ -127,21 +127,25 @@ class MeshTopology:
         return plan
 
     def _lay_out(self, layout: Layout) -> None:
+        self._sites: tuple[Site, ...] = ()
         sizes = layout.resolve(self._world_size)
         self._order = layout.order
         self._dense = View(self._order, tuple(sizes[name] for name in self._order))
         self._expert = expert_view(self._dense, layout.ep, layout.etp)
 
     def placed(
-        self, ranks: Sequence[int] | np.ndarray, expert: Sequence[int] | np.ndarray | None = None
+        self,
+        ranks: Sequence[int] | np.ndarray,
+        expert: Sequence[int] | np.ndarray | None = None,
+        *,
+        sites: Sequence[Site] = (),
     ) -> MeshTopology:
         """This plan laid over a permutation of the global ranks: ``ranks[i]`` takes the
         place that rank ``i`` has in the dense view of the plan of the same layout, unplaced
         (``expert[i]`` in the expert view; default: the ranks that ``ranks`` puts at the
-        same dense places). Every method
-        then answers for the placed groups; groups of several dimensions list their
-        ranks ascending. :func:`gangmesh.placement.place` computes the permutations
-        from where the ranks run.
+        same dense places). Every method then answers for the placed groups; groups of
+        several dimensions list their ranks ascending. :func:`gangmesh.placement.place`
+        computes the permutations from where the ranks run, and keeps those ``sites``.
 
         >>> plan = MeshTopology(4, tp=2).placed([0, 2, 1, 3])
         >>> plan.groups("tp").tolist(), plan.coordinate(2)["tp"]
@@ -149,22 +153,32 @@ class MeshTopology:
 
         :param ranks: a permutation of ``range(world_size)`` that keeps rank 0 first.
         :param expert: the same for the expert view.
-        :raises ValueError: ``ranks`` or ``expert`` is no such permutation.
+        :param sites: where each global rank runs, if known (kept as :attr:`sites`).
+        :raises ValueError: ``ranks`` or ``expert`` is no such permutation, or ``sites``
+            does not hold one site per rank.
         """
         dense = self._check_placed("ranks", ranks)
-        if self._dense.placed:
-            return MeshTopology.from_layout(self._world_size, self.layout).placed(ranks, expert)
-        base = self._expert
-        default = dense[base.ranks(np.arange(self._world_size, dtype=np.int64))]
+        if sites and len(sites) != self._world_size:
+            raise ValueError(
+                f"sites: expected the site of each of the {self._world_size} ranks, got "
+                f"{len(sites)} sites"
+            )
+        base = MeshTopology.from_layout(self._world_size, self.layout)
+        default = dense[base._expert.ranks(np.arange(self._world_size, dtype=np.int64))]
         by_expert = default if expert is None else self._check_placed("expert", expert)
         unplaced = np.arange(self._world_size, dtype=np.int64)
-        if np.array_equal(dense, unplaced) and np.array_equal(by_expert, default):
-            return self
-        plan = MeshTopology.__new__(MeshTopology)
-        plan._world_size, plan._order = self._world_size, self._order
-        plan._dense = View(self._dense.names, self._dense.sizes, placed=tuple(dense.tolist()))
-        plan._expert = View(base.names, base.sizes, placed=tuple(by_expert.tolist()))
-        return plan
+        if not np.array_equal(dense, unplaced) or not np.array_equal(by_expert, default):
+            dense_view, expert_view = base._dense, base._expert
+            base._dense = View(dense_view.names, dense_view.sizes, placed=tuple(dense.tolist()))
+            base._expert = View(expert_view.names, expert_view.sizes,
+                                placed=tuple(by_expert.tolist()))  # fmt: skip
+        base._sites = tuple(sites)
+        return base
+
+    @property
+    def sites(self) -> tuple[Site, ...]:
+        """Where each global rank runs, where placement was given it; else empty."""
+        return self._sites
 
     def _check_placed(self, name: str, ranks: Sequence[int] | np.ndarray) -> np.ndarray:
         order = np.asarray(ranks, dtype=np.int64).reshape(-1)

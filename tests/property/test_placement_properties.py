@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from gangmesh import create_fsdp_gangs
 from gangmesh.cluster import Cluster, Site
 from gangmesh.dims import FACTS
 from gangmesh.placement import host_order, place, placement_order, this_site
@@ -196,3 +197,13 @@ def test_placement_must_name_every_rank():
         place(MeshTopology(4), [Site("a")])
     with pytest.raises(ValueError, match="ranks: expected rank 0 first"):
         MeshTopology(4).placed([1, 0, 2, 3])
+
+
+def test_fsdp_gangs_of_placed_gangs_are_placed_over_the_same_sites():
+    sites = [Site("a" if r % 2 == 0 else "b") for r in range(8)]
+    with simulate_gangs(8, 2, dp_shard=8, placement=sites) as gangs:
+        assert gangs.plan.sites == tuple(sites) and gangs.plan.placement == ()
+        with create_fsdp_gangs(gangs, intra_node_size=4) as hsdp:
+            assert hsdp.plan.sites == tuple(sites)
+            assert hsdp.plan.group_of(2, "sdp") == [0, 2, 4, 6], "a shard group per host"
+            assert hsdp.sdp.rank == 1
