@@ -40,9 +40,15 @@ LEVELS: tuple[str, ...] = ("node", "domain", "rack")
 
 @dataclass(frozen=True)
 class Site:
-    """Where one rank runs: its host and, where known, its NVLink domain and rack."""
+    """Where one rank runs: its host and, where known, its NVLink domain and rack.
+
+    :param host: the host (node) name, or what ``GANGMESH_HOST`` says.
+    :param domain: the NVLink domain; empty: unknown.
+    :param rack: the rack; empty: unknown.
+    """
 
     host: str
+    """The host (node)."""
     domain: str = ""
     """The NVLink domain (e.g. an NVL72 system); empty: unknown (the host stands alone)."""
     rack: str = ""
@@ -51,11 +57,20 @@ class Site:
 
 @dataclass(frozen=True, eq=False)
 class Cluster:
-    """The unit of each level that holds each rank, and how many ranks a unit holds."""
+    """The unit of each level that holds each rank, and how many ranks a unit holds.
+
+    Made by :meth:`uniform` or :meth:`of_sites`.
+
+    :param world_size: number of processes in the job.
+    :param units: level -> the unit index of every global rank.
+    :param capacity: level -> ranks in one unit.
+    :param consecutive: whether every unit holds consecutive ranks.
+    """
 
     world_size: int
+    """Number of processes in the job."""
     units: dict[str, np.ndarray] = field(default_factory=dict)
-    """Level name (of :data:`LEVELS`) -> the unit index of every global rank (int64)."""
+    """Level name ("node", "domain", "rack") -> the unit index of every global rank (int64)."""
     capacity: dict[str, int] = field(default_factory=dict)
     """Level name -> ranks in one unit (the fewest any unit holds)."""
     consecutive: bool = True
