@@ -144,14 +144,11 @@ def _crossing(
         return None
     index = int(np.argmax(crossing))
     if not consecutive and not _crosses(plan, name, capacity):
-        avoidable, advice, fix = (
-            True,
-            (
-                f"the launcher's numbering splits them across {level}s; create the gangs with "
-                f"placement= (gangmesh.create_gangs) to lay them out by {level}"
-            ),
-            None,
+        advice = (
+            f"the launcher's numbering splits them across {level}s; "
+            f"create_gangs(..., placement=True) lays them out {level} by {level}"
         )
+        avoidable, fix = True, None
     else:
         avoidable, advice, fix = _advice(plan, name, level, capacity)
     group, where = groups[index].tolist(), sorted(set(touched[index].tolist()))
