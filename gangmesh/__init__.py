@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from gangmesh.aliases import setup_default_gang as setup_default_gang
     from gangmesh.aliases import setup_hybrid_fsdp_gangs as setup_hybrid_fsdp_gangs
     from gangmesh.aliases import setup_parallel_gangs as setup_parallel_gangs
+    from gangmesh.cluster import Cluster as Cluster
+    from gangmesh.cluster import Site as Site
     from gangmesh.communicators import CommunicatorInfo as CommunicatorInfo
     from gangmesh.current import maybe_get_current_gangs as maybe_get_current_gangs
     from gangmesh.factories import create_fake_gangs as create_fake_gangs

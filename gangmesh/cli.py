@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import re
 import sys
@@ -15,11 +16,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gangmesh import __version__
+from gangmesh.cluster import Cluster
 from gangmesh.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
 from gangmesh.environment import read_launch_environment
 from gangmesh.layout import Layout
-from gangmesh.locality import check_ranks_per_node
-from gangmesh.render import JSON_CONTENTS, plan_json, plan_table
+from gangmesh.locality import LocalityFinding, check_ranks_per_node
+from gangmesh.render import JSON_CONTENTS, finding_label, plan_json, plan_table
 from gangmesh.topology import MeshTopology
 
 USAGE_ERROR = 2
@@ -28,9 +30,9 @@ USAGE_ERROR = 2
 FINDINGS_EXIT = 1
 """Exit code of ``gangmesh plan --strict`` when a locality finding is one to fix."""
 
-OPTIONS: dict[str, str] = {
-    name: option(name) for name in ("world_size", "ranks_per_node", "rank", "order", *SIZE_NAMES)
-}
+_SPELLED = ("world_size", "ranks_per_node", "hosts_per_domain", "domains_per_rack", "rank", "order")
+
+OPTIONS: dict[str, str] = {name: option(name) for name in (*_SPELLED, *SIZE_NAMES)}
 """The command-line spelling of each name the planner's error messages use."""
 
 CHECK_OPTIONS: dict[str, str] = {
@@ -176,6 +178,17 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
         help="processes per node (a factor of the world size): draws nodes and checks that "
         "the gangs which should stay on one node do (default: no locality check)",
     )
+    plan.add_argument(
+        "--hosts-per-domain",
+        type=int,
+        help="nodes per NVLink domain (consecutive nodes; needs --ranks-per-node): also "
+        "checks that the gangs which should stay in one domain do",
+    )
+    plan.add_argument(
+        "--domains-per-rack",
+        type=int,
+        help="NVLink domains per rack (needs --hosts-per-domain): also checks racks",
+    )
     _add_dim_arguments(plan)
     plan.add_argument(
         "--rank",
@@ -217,15 +230,20 @@ def run_plan(args: argparse.Namespace) -> int:
     per_node = args.ranks_per_node
     if per_node is not None:
         check_ranks_per_node(plan.world_size, per_node)
+    wider = _wider_findings(plan, args)
     if args.format == "json":
         content = args.json_content or "all"
         text = plan_json(plan, ranks_per_node=per_node, rank=args.rank, content=content)
+        if wider is not None:
+            text = _with_wider_json(text, args, wider)
     elif args.format == "svg":
         from gangmesh.svg import plan_svg
 
         text = plan_svg(plan, ranks_per_node=per_node, rank=args.rank)
     else:
         text = plan_table(plan, ranks_per_node=per_node, rank=args.rank)
+        if wider is not None:
+            text += "".join(f"{line}\n" for line in _wider_text(args, wider))
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as out:
@@ -237,11 +255,60 @@ def run_plan(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     if args.strict:
         to_fix = [f for f in plan.check_locality(per_node) if f.avoidable]
+        to_fix += [f for f in wider or [] if f.avoidable]
         if to_fix:
-            dims = ", ".join(f.dim for f in to_fix)
+            dims = ", ".join(f.dim + ("" if f.level == "node" else f" ({f.level})") for f in to_fix)
             sys.stderr.write(f"gangmesh plan: --strict: locality findings to fix: {dims}\n")
             return FINDINGS_EXIT
     return 0
+
+
+def _wider_findings(plan: MeshTopology, args: argparse.Namespace) -> list[LocalityFinding] | None:
+    """The domain and rack findings that --hosts-per-domain and --domains-per-rack ask for;
+    None where neither is given."""
+    if args.hosts_per_domain is None and args.domains_per_rack is None:
+        return None
+    if args.ranks_per_node is None:
+        raise _Failure("--hosts-per-domain: domains hold nodes, which needs --ranks-per-node")
+    if args.domains_per_rack is not None and args.hosts_per_domain is None:
+        raise _Failure("--domains-per-rack: racks hold domains, which needs --hosts-per-domain")
+    for flag, value in (("--hosts-per-domain", args.hosts_per_domain),
+                        ("--domains-per-rack", args.domains_per_rack)):  # fmt: skip
+        if value is not None and value < 1:
+            raise _Failure(f"{flag}: expected an int >= 1, got {value}")
+    cluster = Cluster.uniform(plan.world_size, args.ranks_per_node, args.hosts_per_domain,
+                              args.domains_per_rack)  # fmt: skip
+    return [f for f in plan.check_locality(cluster) if f.level != "node"]
+
+
+def _wider_text(args: argparse.Namespace, findings: list[LocalityFinding]) -> list[str]:
+    """The lines of the domain and rack report."""
+    domain = args.ranks_per_node * args.hosts_per_domain
+    units = f"domains of {domain} ranks"
+    if args.domains_per_rack is not None:
+        units += f", racks of {domain * args.domains_per_rack} ranks"
+    if not findings:
+        return [f"locality ({units}): no checked gang crosses a domain or a rack"]
+    return [f"locality ({units}):", *(f"  - {finding_label(f)}: {f}" for f in findings)]
+
+
+def _with_wider_json(text: str, args: argparse.Namespace, findings: list[LocalityFinding]) -> str:
+    """The JSON document with the domain and rack sizes and findings added."""
+    document = json.loads(text)
+    document["hosts_per_domain"] = args.hosts_per_domain
+    document["domains_per_rack"] = args.domains_per_rack
+    document["locality_findings"] = document.get("locality_findings", []) + [
+        {
+            "dim": f.dim,
+            "level": f.level,
+            "group": f.group,
+            "units": f.nodes,
+            "avoidable": f.avoidable,
+            "message": f.message,
+        }
+        for f in findings
+    ]
+    return json.dumps(document) + "\n"
 
 
 def run_check(args: argparse.Namespace, argv: list[str]) -> int:

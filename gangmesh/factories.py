@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -13,10 +14,13 @@ import torch.distributed as dist
 
 from gangmesh import mesh_build
 from gangmesh._checks import InvalidTypeError, check_positive, check_timeout
+from gangmesh.cluster import Site
 from gangmesh.dims import DENSE_DIMS, SIZE_NAMES
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.gangs import Gangs
+from gangmesh.ops import all_gather_objects
+from gangmesh.placement import place, this_site
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.rendezvous import LayoutAgreement
 from gangmesh.topology import MeshTopology
@@ -36,6 +40,7 @@ def create_gangs(
     etp: int = 1,
     order: str | tuple[str, ...] | list[str] | None = None,
     timeout: timedelta | None = None,
+    placement: bool | Sequence[Site] | None = None,
 ) -> Gangs:
     """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
 
@@ -44,7 +49,10 @@ def create_gangs(
     with dimensions merged ("dp_shard_cp", "dp_cp", "dp"), the expert mesh ("pp",
     "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (at
     ep = 1 too), all over the gangs' groups. Exactly one size may be
-    -1 (inferred). ``timeout``
+    -1 (inferred). With ``placement`` the mesh is laid over the ranks so that its
+    innermost dimensions stay inside a host, then an NVLink domain, then a rack,
+    whatever order the launcher numbered them in (see :mod:`gangmesh.placement`);
+    ``gangs.plan`` knows the permutation. ``timeout``
     (default: the root gang's) is the timeout of every group created; the root's
     ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
     members share one communicator; a dimension of size 1 has none.
@@ -63,6 +71,12 @@ def create_gangs(
     :param order: the dense dimensions, outermost first, as a sequence or a
         comma-separated string.
     :param timeout: timeout of every group created; default: the root gang's.
+    :param placement: True: every process reports its site
+        (:func:`gangmesh.placement.this_site`: ``GANGMESH_HOST`` or the hostname, and
+        ``GANGMESH_DOMAIN``, ``GANGMESH_RACK``, ``SLURM_TOPOLOGY_ADDR``) in one
+        all_gather on the root gang before any group is created; a sequence: the
+        :class:`~gangmesh.cluster.Site` of each global rank, the same on every
+        process; None or False: ranks keep the launcher's numbering.
     :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
         the expert view broken, or a root gang that is not the default group's.
     :raises GangError: a process group cannot be created.
@@ -79,19 +93,56 @@ def create_gangs(
         )
     asked = (pp, dp_replicate, dp_shard, cp, tp, ep, etp)
     sizes: dict[str, Any] = dict(zip(SIZE_NAMES, asked, strict=True))
-    agreeing = LayoutAgreement(root_gang, {**sizes, "order": order, "timeout": timeout})
+    request = {**sizes, "order": order, "timeout": timeout, "placement": _asked(placement)}
+    agreeing = LayoutAgreement(root_gang, request)
     try:
         plan = _plan(root_gang.size, sizes, order)
         timeout = check_timeout(timeout)
+        sites = _sites(placement, root_gang.size)
     except ValueError:
         agreeing.leave_request()
         raise
     if not isinstance(root_gang, ProcessGroupGang):
+        plan = place(plan, sites) if sites else plan
         return Gangs._of(root_gang, plan, mesh_build.fake_gangs(root_gang, plan), timeout)
     timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
     agreeing.wait(timeout)
+    if placement is True:
+        sites = all_gather_objects(root_gang, this_site())
+    if sites:
+        plan = place(plan, sites)
+        log.info("Placing %s by where its ranks run", plan)
     log.info("Creating gangs %s", plan)
     return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
+
+
+def _asked(placement: object) -> object:
+    """What the processes must agree on about ``placement``."""
+    if placement is None or isinstance(placement, bool):
+        return bool(placement)
+    if isinstance(placement, Sequence) and not isinstance(placement, str):
+        return [list(dataclasses.astuple(s)) if isinstance(s, Site) else repr(s) for s in placement]
+    return repr(placement)
+
+
+def _sites(placement: object, world_size: int) -> list[Site]:
+    """The sites given as ``placement``; empty for None, False and True (gathered later).
+
+    :raises ValueError: ``placement`` is neither a bool nor one Site per rank.
+    """
+    if placement is None or isinstance(placement, bool):
+        return []
+    if (
+        not isinstance(placement, Sequence)
+        or isinstance(placement, str)
+        or len(placement) != world_size
+        or not all(isinstance(s, Site) for s in placement)
+    ):
+        raise ValueError(
+            f"placement: expected True, False, None or a gangmesh.Site for each of the "
+            f"{world_size} ranks, got {placement!r:.200}"
+        )
+    return list(placement)
 
 
 def _plan(world_size: int, sizes: dict[str, Any], order: Any) -> MeshTopology:
@@ -141,7 +192,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
     Without ``intra_node_size``: sdp = dp and rdp has size 1 (fully sharded).
     With it: sdp groups of ``intra_node_size`` consecutive dp ranks, rdp groups
     strided by it; for 8 processes and 4: sdp [0,1,2,3] [4,5,6,7], rdp [0,4]
-    [1,5] [2,6] [3,7]. Works with any tp size, on gloo and NCCL. Returns new
+    [1,5] [2,6] [3,7]. Gangs that placement laid out are placed again, over the same
+    sites. Works with any tp size, on gloo and NCCL. Returns new
     Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
     ``gangs`` where the members are the same.
 
@@ -162,7 +214,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
             raise _with_hint(error, gangs.root.size, shard)
         replicate = dp_size // shard
     layout = dataclasses.replace(gangs.plan.layout, dp_replicate=replicate, dp_shard=shard)
-    return create_gangs(gangs.root, **layout.keywords(), timeout=gangs.timeout)
+    sites = list(gangs.plan.sites) or None
+    return create_gangs(gangs.root, **layout.keywords(), timeout=gangs.timeout, placement=sites)
 
 
 def create_fake_gangs(device: torch.device) -> Gangs:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gangmesh._checks import check_int, check_positive
+from gangmesh.cluster import Cluster, Site
 from gangmesh.dims import (
     ALIASES,
     DENSE_DIMS,
@@ -126,15 +127,81 @@ class MeshTopology:
         return plan
 
     def _lay_out(self, layout: Layout) -> None:
+        self._sites: tuple[Site, ...] = ()
         sizes = layout.resolve(self._world_size)
         self._order = layout.order
         self._dense = View(self._order, tuple(sizes[name] for name in self._order))
         self._expert = expert_view(self._dense, layout.ep, layout.etp)
 
+    def placed(
+        self,
+        ranks: Sequence[int] | np.ndarray,
+        expert: Sequence[int] | np.ndarray | None = None,
+        *,
+        sites: Sequence[Site] = (),
+    ) -> MeshTopology:
+        """This plan laid over a permutation of the global ranks: ``ranks[i]`` takes the
+        place that rank ``i`` has in the dense view of the plan of the same layout, unplaced
+        (``expert[i]`` in the expert view; default: the ranks that ``ranks`` puts at the
+        same dense places). Every method then answers for the placed groups; groups of
+        several dimensions list their ranks ascending. :func:`gangmesh.placement.place`
+        computes the permutations from where the ranks run, and keeps those ``sites``.
+
+        >>> plan = MeshTopology(4, tp=2).placed([0, 2, 1, 3])
+        >>> plan.groups("tp").tolist(), plan.coordinate(2)["tp"]
+        ([[0, 2], [1, 3]], 1)
+
+        :param ranks: a permutation of ``range(world_size)`` that keeps rank 0 first.
+        :param expert: the same for the expert view.
+        :param sites: where each global rank runs, if known (kept as :attr:`sites`).
+        :raises ValueError: ``ranks`` or ``expert`` is no such permutation, or ``sites``
+            does not hold one site per rank.
+        """
+        dense = self._check_placed("ranks", ranks)
+        if sites and len(sites) != self._world_size:
+            raise ValueError(
+                f"sites: expected the site of each of the {self._world_size} ranks, got "
+                f"{len(sites)} sites"
+            )
+        base = MeshTopology.from_layout(self._world_size, self.layout)
+        default = dense[base._expert.ranks(np.arange(self._world_size, dtype=np.int64))]
+        by_expert = default if expert is None else self._check_placed("expert", expert)
+        unplaced = np.arange(self._world_size, dtype=np.int64)
+        if not np.array_equal(dense, unplaced) or not np.array_equal(by_expert, default):
+            dense_view, expert_view = base._dense, base._expert
+            base._dense = View(dense_view.names, dense_view.sizes, placed=tuple(dense.tolist()))
+            base._expert = View(expert_view.names, expert_view.sizes,
+                                placed=tuple(by_expert.tolist()))  # fmt: skip
+        base._sites = tuple(sites)
+        return base
+
+    @property
+    def sites(self) -> tuple[Site, ...]:
+        """Where each global rank runs, where placement was given it; else empty."""
+        return self._sites
+
+    def _check_placed(self, name: str, ranks: Sequence[int] | np.ndarray) -> np.ndarray:
+        order = np.asarray(ranks, dtype=np.int64).reshape(-1)
+        world = self._world_size
+        if len(order) != world or not np.array_equal(np.sort(order), np.arange(world)):
+            raise ValueError(
+                f"{name}: expected a permutation of range({world}), got {_short(order)}"
+            )
+        if order[0] != 0:
+            raise ValueError(f"{name}: expected rank 0 first (at the mesh origin), got {order[0]}")
+        return order
+
+    @property
+    def placement(self) -> tuple[int, ...]:
+        """The global rank at each dense place (see :meth:`placed`); empty where the ranks
+        keep the launcher's numbering."""
+        return self._dense.placed
+
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
         order = "" if self._order == DENSE_DIMS else f", order={','.join(self._order)!r}"
-        return f"MeshTopology({self._world_size}, {sizes}{order})"
+        placed = ", placed" if self._dense.placed else ""
+        return f"MeshTopology({self._world_size}, {sizes}{order}{placed})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeshTopology):
@@ -270,7 +337,7 @@ class MeshTopology:
         :param rank: a global rank.
         """
         rank = self._check_rank(rank)
-        coordinate = coordinate_at(self._dense, rank)
+        coordinate = coordinate_at(self._dense, position_of(self._dense, rank))
         expert = coordinate_at(self._expert, position_of(self._expert, rank))
         coordinate.update({name: expert[name] for name in EXPERT_DIMS})
         return coordinate
@@ -298,15 +365,29 @@ class MeshTopology:
             position += value_at * view.stride(name)
         return int(view.ranks(np.int64(position)))
 
-    def check_locality(self, ranks_per_node: int) -> list[LocalityFinding]:
-        """Gangs that cross nodes where they should not; empty when all is node-local.
+    def check_locality(
+        self,
+        ranks_per_node: int | Cluster,
+        *,
+        hosts_per_domain: int | None = None,
+        domains_per_rack: int | None = None,
+    ) -> list[LocalityFinding]:
+        """Gangs that cross nodes (domains, racks) where they should not; empty when all
+        is local.
 
         See :func:`gangmesh.locality.find_crossings` for the rules.
 
-        :param ranks_per_node: how many consecutive ranks share a node.
-        :raises ValueError: ``ranks_per_node`` does not divide the world size.
+        >>> [f.level for f in MeshTopology(16, ep=8).check_locality(4, hosts_per_domain=2)]
+        ['node']
+
+        :param ranks_per_node: how many consecutive ranks share a node, or a
+            :class:`~gangmesh.cluster.Cluster`.
+        :param hosts_per_domain: nodes per NVLink domain; None: no domains.
+        :param domains_per_rack: domains per rack; None: no racks.
+        :raises ValueError: a size that does not divide the world size.
         """
-        return find_crossings(self, ranks_per_node)
+        return find_crossings(self, ranks_per_node, hosts_per_domain=hosts_per_domain,
+                              domains_per_rack=domains_per_rack)  # fmt: skip
 
     def view(self, expert: bool = False) -> View:
         """The dense view, or the expert view.
@@ -396,3 +477,8 @@ class MeshTopology:
         if not 0 <= value < self._world_size:
             raise ValueError(f"rank: expected a rank in [0, {self._world_size}), got {value}")
         return value
+
+
+def _short(ranks: np.ndarray) -> str:
+    shown = ranks[:8].tolist()
+    return str(shown)[:-1] + (", ...]" if len(ranks) > 8 else "]")

@@ -8,6 +8,7 @@ This module uses numpy only.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ class View:
     ranks. Another view may list the dense dimensions in another order: then ``source``
     holds the dense sizes (whose row-major index is the rank) and ``axes`` the dense
     dimensions in the order the view takes them, before it regroups them into ``sizes``.
+    A placed view (see :mod:`gangmesh.placement`) maps positions to ranks by ``placed``.
     """
 
     names: tuple[str, ...]
@@ -34,6 +36,19 @@ class View:
     """The dense sizes, when the view reorders the dense dimensions; else empty."""
     axes: tuple[int, ...] = ()
     """The dense dimensions (indices into ``source``) in the order the view takes them."""
+    placed: tuple[int, ...] = ()
+    """The global rank at each position, where placement laid the view over a
+    permutation of the ranks (``source`` and ``axes`` are then empty); else empty."""
+
+    @functools.cached_property
+    def _placed(self) -> np.ndarray:
+        return np.asarray(self.placed, dtype=np.int64)
+
+    @functools.cached_property
+    def _slots(self) -> np.ndarray:
+        slots = np.empty(len(self.placed), dtype=np.int64)
+        slots[self._placed] = np.arange(len(self.placed), dtype=np.int64)
+        return slots
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -59,6 +74,8 @@ class View:
 
         :param ranks: global ranks (an int64 array or scalar).
         """
+        if self.placed:
+            return self._slots[ranks]  # type: ignore[no-any-return]
         if not self.axes:
             return ranks
         dense = np.unravel_index(ranks, self.source)
@@ -71,6 +88,8 @@ class View:
 
         :param positions: positions in this view (an int64 array or scalar).
         """
+        if self.placed:
+            return self._placed[positions]  # type: ignore[no-any-return]
         if not self.axes:
             return positions
         taken = np.unravel_index(positions, [self.source[axis] for axis in self.axes])
@@ -93,8 +112,9 @@ class View:
 
 def reordered(view: View, names: tuple[str, ...]) -> bool:
     """Whether groups over ``names`` may list ranks out of order: several dimensions of a
-    view that reorders the dense dimensions (the expert view at ep = 1, another order)."""
-    return bool(view.axes) and len(names) > 1
+    view that reorders the dense dimensions (the expert view at ep = 1, another order) or
+    of a placed view."""
+    return bool(view.axes or view.placed) and len(names) > 1
 
 
 def position_of(view: View, rank: int) -> int:

@@ -23,7 +23,8 @@ def simulate_gangs(world_size: int, rank: int, **dims: Any) -> Iterator[Gangs]:
     Initialises torch's "fake" process group (collectives return at once and
     move no data), builds the gangs through :func:`~gangmesh.create_gangs` and its real
     DeviceMesh, and tears everything down on exit. ``dims`` are the sizes
-    create_gangs takes (pp, dp_replicate, dp_shard, cp, tp, ep, etp, order, timeout).
+    create_gangs takes (pp, dp_replicate, dp_shard, cp, tp, ep, etp, order, timeout,
+    placement: a list of :class:`~gangmesh.Site`, one per rank, simulates where ranks run).
 
     >>> with simulate_gangs(4096, 4095, tp=8, pp=4) as gangs:
     ...     (gangs.tp.rank, gangs.pp.rank, gangs.dp.size)

@@ -189,4 +189,4 @@ def test_two_nodes_flag_a_tp_gang_larger_than_a_node(tmp_path):
     assert [run.returncode for run in runs] == [0, 0], "\n".join(run.output for run in runs)
     (finding,) = summary["locality_findings"]
     assert finding["dim"] == "tp" and finding["avoidable"]
-    assert "lower tp to 2 or less" in finding["message"]
+    assert finding["message"].endswith("use tp=2 (dp_shard becomes 2)")

@@ -358,16 +358,19 @@ def test_locality_examples():
     assert MeshTopology(16, tp=8).check_locality(8) == []
     (finding,) = MeshTopology(16, tp=16).check_locality(8)
     assert finding.dim == "tp" and finding.nodes == [0, 1] and finding.avoidable
-    assert "lower tp to 8 or less" in finding.message
+    assert "use tp=8 (dp_shard becomes 2)" in finding.message
     (finding,) = MeshTopology(16, dp_replicate=2, dp_shard=8).check_locality(4)
-    assert finding.dim == "dp_shard" and "raise dp_replicate" in finding.message
+    assert (
+        finding.dim == "dp_shard" and "use dp_shard=4 (dp_replicate becomes 4)" in finding.message
+    )
     assert MeshTopology(16, dp_replicate=4, dp_shard=4).check_locality(4) == []
     (finding,) = MeshTopology(12, tp=4).check_locality(6)
     assert finding.group == [4, 5, 6, 7] and finding.nodes == [0, 1]
-    assert "(e.g. tp=3)" in finding.message
+    assert finding.message.endswith("not aligned to nodes; use tp=3 (dp_shard becomes 4)")
+    assert finding.fix == {"tp": 3, "dp_shard": -1}
     (note,) = MeshTopology(64, dp_replicate=2, dp_shard=4, tp=8).check_locality(8)
     assert note.dim == "dp_shard" and not note.avoidable, "tp filling a node is no mistake"
     (finding,) = MeshTopology(16, tp=2, order="pp,dp_replicate,tp,dp_shard,cp").check_locality(8)
-    assert "put tp inside dp_shard (--order)" in finding.message
+    assert "put tp inside dp_shard (--order pp,dp_replicate,dp_shard,cp,tp)" in finding.message
     (finding,) = MeshTopology(24, dp_shard=12, tp=2, ep=4).check_locality(6)
     assert finding.dim == "ep" and finding.avoidable
