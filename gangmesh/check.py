@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -14,10 +14,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from gangmesh.cluster import Cluster, Site
 from gangmesh.dims import GANG_NAMES, ROOT
 from gangmesh.gang import Gang, GangError, ReduceOperation
 from gangmesh.gangs import Gangs
 from gangmesh.ops import all_gather_objects
+from gangmesh.placement import this_site
 from gangmesh.topology import MeshTopology
 
 CHECKED_GANGS: tuple[str, ...] = (ROOT, *GANG_NAMES)
@@ -278,45 +280,68 @@ def _size_text(size: int) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one rank runs: its host, and its node as the launcher numbers nodes."""
+    """Where one rank runs: its site (host, domain, rack), and its node as the launcher
+    numbers nodes."""
 
-    host: str
+    site: Site
     node: int
+
+    @property
+    def host(self) -> str:
+        """The host."""
+        return self.site.host
 
 
 def this_placement(rank: int, local_world_size: int) -> Placement:
-    """This process's host and node: GROUP_RANK (torchrun), SLURM_NODEID, else from the rank."""
+    """This process's site (:func:`~gangmesh.placement.this_site`) and node: GROUP_RANK
+    (torchrun), SLURM_NODEID, else from the rank."""
+    site = this_site()
     for name in ("GROUP_RANK", "SLURM_NODEID"):
         value = os.environ.get(name, "")
         if value.isdigit():
-            return Placement(socket.gethostname(), int(value))
-    return Placement(socket.gethostname(), rank // max(1, local_world_size))
+            return Placement(site, int(value))
+    return Placement(site, rank // max(1, local_world_size))
+
+
+def cluster_of(placements: Sequence[Placement]) -> Cluster:
+    """The cluster the ranks' placements describe: one node per distinct host and launcher
+    node (several launchers on one host are several nodes)."""
+    hosts = {p.host for p in placements}
+    nodes = {(p.host, p.node) for p in placements}
+    if len(nodes) == len(hosts):
+        return Cluster.of_sites([p.site for p in placements])
+    return Cluster.of_sites(
+        [dataclasses.replace(p.site, host=f"{p.host} node {p.node}") for p in placements]
+    )
 
 
 def nodes_text(placements: list[Placement]) -> tuple[str, list[str]]:
-    """A line per node with its host and ranks, and problems for nodes whose ranks are not
-    one consecutive block (the layout's locality assumes they are)."""
-    by_node: dict[int, list[int]] = {}
+    """A line per node (a launcher's node on one host) with its ranks, and a note for each
+    node whose ranks are not one consecutive block (locality is then judged from the hosts
+    each rank reported)."""
+    units: dict[tuple[str, int], list[int]] = {}
     for rank, placement in enumerate(placements):
-        by_node.setdefault(placement.node, []).append(rank)
-    lines, problems = [], []
-    for node, ranks in sorted(by_node.items()):
+        units.setdefault((placement.host, placement.node), []).append(rank)
+    numbered = len({node for _, node in units}) == len(units)
+    lines, notes = [], []
+    for (host, node), ranks in units.items():
+        name = f"node {node}" if numbered else f"host {host}"
         span = f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {ranks[0]}"
         consecutive = ranks == list(range(ranks[0], ranks[-1] + 1))
         lines.append(
-            f"  node {node} on {placements[ranks[0]].host}: "
+            f"  {name}{f' on {host}' if numbered else ''}: "
             + (span if consecutive else "ranks " + ", ".join(map(str, ranks)))
         )
         if not consecutive:
-            problems.append(f"node {node}: ranks {ranks} are not consecutive")
-    counts = sorted({len(ranks) for ranks in by_node.values()})
+            notes.append(f"{name}: ranks {ranks} are not consecutive")
+    counts = sorted({len(ranks) for ranks in units.values()})
     each = " / ".join(map(str, counts)) + (" rank" if counts == [1] else " ranks")
     header = (
         f"nodes: 1 of {_plural(counts[0], 'rank')}"
-        if len(by_node) == 1
-        else f"nodes: {len(by_node)}, {each} each"
+        if len(units) == 1
+        else f"nodes: {len(units)}, {each} each"
     )
-    return "\n".join([header, *lines]), problems
+    return "\n".join([header, *lines]), notes
 
 
 def describe_failure(ex: GangError, rank: int) -> str:

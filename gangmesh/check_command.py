@@ -17,6 +17,7 @@ from gangmesh.check import (
     GangReport,
     Placement,
     check_gangs,
+    cluster_of,
     describe_failure,
     gather_reports,
     nodes_text,
@@ -132,7 +133,10 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
         plan = MeshTopology.from_layout(root.size, layout)
         if args.ranks_per_node is not None:
             check_ranks_per_node(root.size, args.ranks_per_node)
-        gangs = create_gangs(root, **layout.keywords(), timeout=timeout)
+        gangs = create_gangs(
+            root, **layout.keywords(), timeout=timeout, placement=args.placement or None
+        )
+        plan = gangs.plan
         if args.inject_rank == rank and args.inject_fault != "slow":
             _inject(args.inject_fault)
         per_node = args.ranks_per_node or _ranks_per_node(args) or root.size
@@ -191,18 +195,24 @@ def _report(
     print(table, end="", file=out)
     late_lines, summary["stragglers"] = stragglers(everything, placements)
     print("\n".join(late_lines), file=out)
-    nodes, node_problems = nodes_text(placements)
-    print(nodes, file=out)
-    failures.extend(node_problems)
-    per_node = max(placements.count(p) for p in placements)
-    findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
-    lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
+    nodes, scattered = nodes_text(placements)
+    print("\n".join([nodes, *(f"  note: {line}" for line in scattered)]), file=out)
+    if scattered:  # the launcher interleaved the nodes: their hosts say what is local
+        findings = plan.check_locality(cluster_of(placements))
+        lines = findings_text(findings)
+    else:
+        per_node = max(placements.count(p) for p in placements)
+        findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
+        lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
     print("\n".join(lines), file=out)
     summary["layout_record"] = record
-    summary["nodes"] = [{"host": p.host, "node": p.node} for p in placements]
+    summary["nodes"] = [
+        {"host": p.host, "domain": p.site.domain, "rack": p.site.rack, "node": p.node}
+        for p in placements
+    ]
     summary["locality_findings"] = [
-        {"dim": f.dim, "group": f.group, "nodes": f.nodes, "avoidable": f.avoidable,
-         "message": f.message} for f in findings
+        {"dim": f.dim, "level": f.level, "group": f.group, "nodes": f.nodes,
+         "avoidable": f.avoidable, "message": f.message} for f in findings
     ]  # fmt: skip
     if failures:
         print(f"FAILED: {len(failures)} problem(s)", file=out)

@@ -157,6 +157,12 @@ def build_parsers(
         "world size, if any)",
     )
     check.add_argument(
+        "--placement",
+        action="store_true",
+        help="lay the mesh over the ranks by where they run (create_gangs(..., "
+        "placement=True): GANGMESH_HOST or the hostname, GANGMESH_DOMAIN, GANGMESH_RACK)",
+    )
+    check.add_argument(
         "--json", help="write the results as JSON to this file, or to standard output for -"
     )
     check.add_argument("--init-method", help=argparse.SUPPRESS)

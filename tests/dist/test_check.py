@@ -82,7 +82,9 @@ def test_an_impossible_layout_is_one_line_and_exit_code_2():
     run = check("--nproc", "6", "--tp", "4", timeout=60)
     assert run.returncode == 2
     assert run.output.strip().count("\n") == 0
-    assert run.output.startswith("gangmesh check: error: --tp: --tp=4 does not divide --nproc 6, so --dp-shard cannot infer its size")
+    assert run.output.startswith(
+        "gangmesh check: error: --tp: --tp=4 does not divide --nproc 6, so --dp-shard cannot infer its size"
+    )
 
 
 def test_a_process_that_exits_is_named_as_the_cause(tmp_path):
@@ -90,7 +92,10 @@ def test_a_process_that_exits_is_named_as_the_cause(tmp_path):
     run = check("--inject-rank", "2", "--timeout", "20", "--json", marker, timeout=120)
     assert run.returncode == 1, run.output
     host = socket.gethostname()
-    assert f"gangmesh check: FAILED: rank 2 on {host} exited with code 3; 3 other processes failed after it" in run.output
+    assert (
+        f"gangmesh check: FAILED: rank 2 on {host} exited with code 3; 3 other processes failed after it"
+        in run.output
+    )
     assert "rank 1 saw a collective fail: rank 1: all_gather failed on gang 'root'" in run.output
     assert processes_mentioning(marker) == []
 
@@ -123,7 +128,9 @@ def test_a_rank_late_at_every_barrier_is_named_consistently_slowest(tmp_path):
     assert run.returncode == 0, run.output
     host = socket.gethostname()
     assert re.search(rf"^  tp +rank 3 on {host}: last at 5 of 5 barriers", run.output, re.M)
-    assert f"consistently slowest: rank 3 on {host} (in root, dp, sdp, tp, efsdp, edp)" in run.output
+    assert (
+        f"consistently slowest: rank 3 on {host} (in root, dp, sdp, tp, efsdp, edp)" in run.output
+    )
     late = json.loads(report.read_text())["stragglers"]
     assert {name: (e["rank"], e["consistent"]) for name, e in late.items()} == {
         name: (3, True) for name in ("root", "dp", "sdp", "tp", "efsdp", "edp")
@@ -141,7 +148,10 @@ def test_under_torchrun_each_process_takes_part_as_its_rank():
         timeout=180,
     )  # fmt: skip
     assert run.returncode == 0, run.output
-    assert "gangmesh check: 4 processes on cpu\nlayout: pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2, ep=1, etp=1\n" in run.output
+    assert (
+        "gangmesh check: 4 processes on cpu\nlayout: pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2, ep=1, etp=1\n"
+        in run.output
+    )
     assert "PASSED: every gang of 4 processes matches the plan" in run.output
 
 
@@ -190,3 +200,30 @@ def test_two_nodes_flag_a_tp_gang_larger_than_a_node(tmp_path):
     (finding,) = summary["locality_findings"]
     assert finding["dim"] == "tp" and finding["avoidable"]
     assert finding["message"].endswith("use tp=2 (dp_shard becomes 2)")
+
+
+@pytest.mark.parametrize("placed", [False, True], ids=["launcher_order", "placement"])
+def test_interleaved_hosts_are_judged_by_host_and_placement_keeps_tp_inside(tmp_path, placed):
+    from tests.dist.launch import free_port, processes
+
+    report, port = tmp_path / "check.json", str(free_port())
+    flags = ["--tp", "2", "--sizes", "8", "--iters", "2", "--json", str(report)]
+    run = processes(
+        "check_rank.py", 4, *flags, *(["--placement"] if placed else []), timeout=180,
+        env_of=lambda rank: {
+            "RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+            "GANGMESH_HOST": "ab"[rank % 2],  # ranks 0, 2 on host a; 1, 3 on host b
+        },
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    summary = json.loads(report.read_text())
+    assert [node["host"] for node in summary["nodes"]] == ["a", "b", "a", "b"]
+    tp = [f for f in summary["locality_findings"] if f["dim"] == "tp"]
+    if placed:
+        assert tp == [], run.output
+        assert "PASSED: every gang of 4 processes matches the plan" in run.output
+    else:
+        (finding,) = tp
+        assert finding["level"] == "node" and finding["avoidable"]
+        assert "placement=True" in finding["message"], finding["message"]

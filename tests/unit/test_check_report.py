@@ -11,6 +11,7 @@ from gangmesh.check import (
     summarize,
 )
 from gangmesh.check_command import COLLECTIVE_FAILED, failure_report
+from gangmesh.cluster import Site
 from gangmesh.launch import WorkerExit
 from gangmesh.topology import MeshTopology
 
@@ -64,8 +65,10 @@ def test_a_failed_gang_of_size_1_keeps_its_row():
 
 
 def test_nodes_are_counted_in_the_singular_and_the_plural():
-    assert nodes_text([Placement("a", 0)])[0] == "nodes: 1 of 1 rank\n  node 0 on a: rank 0"
-    text, problems = nodes_text([Placement("a", 0), Placement("b", 1), Placement("a", 0)])
+    assert nodes_text([Placement(Site("a"), 0)])[0] == "nodes: 1 of 1 rank\n  node 0 on a: rank 0"
+    text, problems = nodes_text(
+        [Placement(Site("a"), 0), Placement(Site("b"), 1), Placement(Site("a"), 0)]
+    )
     assert text.splitlines()[0] == "nodes: 2, 1 / 2 ranks each"
     assert problems == ["node 0: ranks [0, 2] are not consecutive"]
 
@@ -111,7 +114,7 @@ def test_a_rank_last_at_most_barriers_by_more_than_a_barrier_is_consistently_slo
         last = [1, 1, 1, 1, 0] if rank < 2 else [2, 3, 2, 3, 2]
         reports[tp] = arrivals(GangReport("tp", 2, members=group), last, 0.05)
         everything.append(reports)
-    placements = [Placement(f"h{rank // 2}", rank // 2) for rank in range(4)]
+    placements = [Placement(Site(f"h{rank // 2}"), rank // 2) for rank in range(4)]
     lines, found = stragglers(everything, placements)
     assert lines == [
         "last to arrive at each gang's barriers (median lateness):",
@@ -128,7 +131,7 @@ def test_lateness_within_a_barriers_cost_flags_nobody():
         reports = [GangReport(name, 1, members=[rank]) for name in CHECKED_GANGS]
         reports[tp] = arrivals(GangReport("tp", 2, members=[0, 1]), [1] * 5, 0.5e-3)
         everything.append(reports)
-    lines, found = stragglers(everything, [Placement("h", 0)] * 2)
+    lines, found = stragglers(everything, [Placement(Site("h"), 0)] * 2)
     assert not found["tp"]["consistent"]
     assert not any(line.startswith("consistently") for line in lines)
 

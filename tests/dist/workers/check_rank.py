@@ -1,0 +1,7 @@
+"""``gangmesh check`` as one rank of a job the test launched; the arguments are check's."""
+
+import sys
+
+from gangmesh.cli import main
+
+sys.exit(main(["check", *sys.argv[1:]]))
