@@ -3,13 +3,14 @@
 NCCL logs, Flight Recorder dumps and torch's timeout messages name a process group by its
 name (``group_name``, torch's "PG GUID") and description (``group_desc``). The record
 lists, for every gang, every group with its members, that name, description, backend and
-timeout, and for every rank its host, so that a name read in a dump leads to the gang.
+timeout, and for every rank its site (host, NVLink domain, rack: see
+:func:`gangmesh.placement.this_site`), so that a name read in a dump leads to the gang.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from gangmesh.dims import GANG_NAMES, ROOT
 from gangmesh.ops import all_gather_objects
+from gangmesh.placement import this_site
 from gangmesh.process_group_gang import ProcessGroupGang
 
 if TYPE_CHECKING:
@@ -29,8 +31,9 @@ RECORD_VERSION = 1
 def layout_record(gangs: Gangs) -> dict[str, Any]:
     """The job's layout record, the same on every process (JSON-ready: str keys only).
 
-    Every process of the root gang must call it: it gathers each process's host and groups.
-    ``{"version", "world_size", "sizes", "order", "ranks": [{"rank", "host"}], "gangs":
+    Every process of the root gang must call it: it gathers each process's site and groups.
+    ``{"version", "world_size", "sizes", "order", "ranks": [{"rank", "host", "domain",
+    "rack"}], "gangs":
     {name: [{"members", "group_name", "description", "backend", "timeout_s"}]},
     "group_names": {group_name: {"gangs", "members", "description"}}}``; a gang of size 1
     has no group: its name, description and backend are None.
@@ -38,7 +41,7 @@ def layout_record(gangs: Gangs) -> dict[str, Any]:
     :param gangs: the gangs of this process.
     :raises gangmesh.GangError: a peer died or did not answer while gathering.
     """
-    mine = {"host": socket.gethostname(), "groups": _groups_of(gangs)}
+    mine = {"site": dataclasses.asdict(this_site()), "groups": _groups_of(gangs)}
     everyone = all_gather_objects(gangs.root, mine)
     found: dict[str, dict[tuple[int, ...], dict[str, Any]]] = {}
     for process in everyone:
@@ -58,7 +61,7 @@ def layout_record(gangs: Gangs) -> dict[str, Any]:
         "world_size": gangs.plan.world_size,
         "sizes": gangs.plan.sizes(),
         "order": list(gangs.plan.order),
-        "ranks": [{"rank": rank, "host": p["host"]} for rank, p in enumerate(everyone)],
+        "ranks": [{"rank": rank, **p["site"]} for rank, p in enumerate(everyone)],
         "gangs": {
             name: sorted(groups.values(), key=lambda g: g["members"])
             for name, groups in found.items()

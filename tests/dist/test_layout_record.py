@@ -33,7 +33,9 @@ def test_the_record_lists_every_group_with_the_name_torch_gave_it(results):
     record = results[0]["record"]
     assert all(r["record"] == record for r in results.values()), "the same on every rank"
     assert record["world_size"] == 4 and record["sizes"]["pp"] == 2
-    assert record["ranks"] == [{"rank": r, "host": socket.gethostname()} for r in range(4)]
+    assert record["ranks"] == [
+        {"rank": r, "host": socket.gethostname(), "domain": "", "rack": ""} for r in range(4)
+    ]
     tp = record["gangs"]["tp"]
     assert [g["members"] for g in tp] == [[0, 1], [2, 3]]
     assert [g["group_name"] for g in tp] == [
