@@ -55,7 +55,8 @@ def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Bui
     an earlier Gangs holds) gets one communicator; a dimension of size 1 gets a
     FakeGang and, in the meshes, one one-process group of the root's backend.
 
-    :raises GangError: a process group or a mesh cannot be created.
+    :raises GangError: a process group or a mesh cannot be created, or a peer does not
+        finish making them.
     """
     built = _with_meshes(root, plan, _gangs(root, plan, {}, timeout), timeout)
     log.debug("rank %d: gangs of %s built", root.rank, plan)
@@ -94,6 +95,14 @@ def _with_meshes(
     except (RuntimeError, ValueError) as ex:
         release(built)
         raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
+    # gloo's handshake can end on one side of a new group before the other: a process that
+    # closed its gangs at once would break a slower peer's setup. Past this barrier, every
+    # process has finished making every group.
+    try:
+        root.barrier()
+    except GangError:
+        release(built)
+        raise
     return built
 
 

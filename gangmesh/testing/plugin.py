@@ -232,6 +232,7 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
         world_size=world.size,
     )
     try:
+        gang.barrier()  # every rank's side of the group is up before any test can close it
         yield gang
     finally:
         gang.close()
