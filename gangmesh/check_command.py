@@ -14,18 +14,15 @@ from typing import Any
 
 import torch
 
-from gangmesh.check import (
+from gangmesh.check import check_gangs, describe_failure, gather_reports, this_placement
+from gangmesh.check_report import (
     GangReport,
     Placement,
-    check_gangs,
     cluster_of,
-    describe_failure,
-    gather_reports,
     nodes_text,
     parse_sizes,
     stragglers,
     summarize,
-    this_placement,
 )
 from gangmesh.environment import read_launch_environment
 from gangmesh.factories import create_gangs
