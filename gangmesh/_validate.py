@@ -46,12 +46,7 @@ def check_source_rank(source_rank: object, size: int) -> None:
 
 def check_gather_output(output: Tensor, input_: Tensor, size: int) -> None:
     """Check the output of all_gather against the accepted shapes."""
-    if output.dtype is not input_.dtype:
-        raise InvalidTypeError(
-            f"output_tensor: expected dtype {input_.dtype} like input_tensor, got {output.dtype}"
-        )
-    if not output.is_contiguous():
-        raise ValueError("output_tensor: expected a contiguous tensor")
+    _check_pair(output, input_)
     out, inp = output.shape, input_.shape
     if len(out) == len(inp):  # concatenated (the flat form too, for 1-dim inputs)
         if inp and out[0] == size * inp[0] and (len(inp) == 1 or out[1:] == inp[1:]):
