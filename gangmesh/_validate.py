@@ -6,11 +6,16 @@ They run before every collective, so the common case costs a few attribute reads
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import torch
 from torch import Tensor
 
 from gangmesh._checks import InvalidTypeError, check_index, check_int
+
+Splits: TypeAlias = tuple[list[int] | None, list[int] | None]
+"""The checked split sizes of an all_to_all: rows received from each rank, then rows sent
+to each rank; None for equal chunks."""
 
 
 def normalized_device(device: object) -> torch.device:
@@ -114,7 +119,7 @@ def check_all_to_all(
     output_split_sizes: Sequence[int] | None,
     input_split_sizes: Sequence[int] | None,
     size: int,
-) -> tuple[list[int] | None, list[int] | None]:
+) -> Splits:
     """Check the tensors and split sizes of all_to_all; return the splits as lists."""
     _check_pair(output, input_)
     out, inp = output.shape, input_.shape
