@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 import gangmesh as gm
 from benchmarks.report import free_port, json_argument, print_table, write_json
-from gangmesh.check import parse_sizes
+from gangmesh.check_report import parse_sizes
 
 LAYER_TITLE = "Gang call / raw torch.distributed call on the same group (fake backend, ABBA)"
 GLOO_TITLE = "Gang collectives vs raw torch.distributed on the same gloo group"

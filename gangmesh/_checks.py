@@ -36,11 +36,11 @@ def check_positive(name: str, value: object) -> int:
     return number
 
 
-def check_index(name: str, value: object, size: int) -> int:
-    """Return ``value`` if it is an int in ``[0, size)``."""
+def check_index(name: str, value: object, size: int, what: str = "an int") -> int:
+    """Return ``value`` if it is an int in ``[0, size)``; ``what`` names such a value."""
     number = check_int(name, value)
     if not 0 <= number < size:
-        raise ValueError(f"{name}: expected an int in [0, {size}), got {number}")
+        raise ValueError(f"{name}: expected {what} in [0, {size}), got {number}")
     return number
 
 
@@ -55,6 +55,18 @@ def check_ranks(ranks: Sequence[int], size: int) -> list[int]:
     if dupes:
         raise ValueError(f"ranks: expected unique ranks, got duplicates {dupes} in {checked}")
     return checked
+
+
+def check_rank_order(name: str, ranks: object, world_size: int) -> np.ndarray:
+    """Return ``ranks`` as an int64 array if it is a permutation of ``range(world_size)``
+    that keeps rank 0 first (at the origin of a mesh)."""
+    order = np.asarray(ranks, dtype=np.int64).reshape(-1)
+    if len(order) != world_size or not np.array_equal(np.sort(order), np.arange(world_size)):
+        shown = str(order[:8].tolist())[:-1] + (", ...]" if len(order) > 8 else "]")
+        raise ValueError(f"{name}: expected a permutation of range({world_size}), got {shown}")
+    if order[0] != 0:
+        raise ValueError(f"{name}: expected rank 0 first (at the mesh origin), got {order[0]}")
+    return order
 
 
 def check_timeout(timeout: object) -> timedelta | None:

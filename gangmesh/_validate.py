@@ -6,11 +6,16 @@ They run before every collective, so the common case costs a few attribute reads
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import torch
 from torch import Tensor
 
 from gangmesh._checks import InvalidTypeError, check_index, check_int
+
+Splits: TypeAlias = tuple[list[int] | None, list[int] | None]
+"""The checked split sizes of an all_to_all: rows received from each rank, then rows sent
+to each rank; None for equal chunks."""
 
 
 def normalized_device(device: object) -> torch.device:
@@ -46,12 +51,7 @@ def check_source_rank(source_rank: object, size: int) -> None:
 
 def check_gather_output(output: Tensor, input_: Tensor, size: int) -> None:
     """Check the output of all_gather against the accepted shapes."""
-    if output.dtype is not input_.dtype:
-        raise InvalidTypeError(
-            f"output_tensor: expected dtype {input_.dtype} like input_tensor, got {output.dtype}"
-        )
-    if not output.is_contiguous():
-        raise ValueError("output_tensor: expected a contiguous tensor")
+    _check_pair(output, input_)
     out, inp = output.shape, input_.shape
     if len(out) == len(inp):  # concatenated (the flat form too, for 1-dim inputs)
         if inp and out[0] == size * inp[0] and (len(inp) == 1 or out[1:] == inp[1:]):
@@ -119,7 +119,7 @@ def check_all_to_all(
     output_split_sizes: Sequence[int] | None,
     input_split_sizes: Sequence[int] | None,
     size: int,
-) -> tuple[list[int] | None, list[int] | None]:
+) -> Splits:
     """Check the tensors and split sizes of all_to_all; return the splits as lists."""
     _check_pair(output, input_)
     out, inp = output.shape, input_.shape

@@ -8,23 +8,21 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch
 
-from gangmesh.check import (
+from gangmesh.check import check_gangs, describe_failure, gather_reports, this_placement
+from gangmesh.check_report import (
     GangReport,
     Placement,
-    check_gangs,
     cluster_of,
-    describe_failure,
-    gather_reports,
     nodes_text,
     parse_sizes,
     stragglers,
     summarize,
-    this_placement,
 )
 from gangmesh.environment import read_launch_environment
 from gangmesh.factories import create_gangs
@@ -46,8 +44,11 @@ COLLECTIVE_FAILED = 4
 """Exit status of a rank whose collective failed (a peer died, stopped answering or timed out)."""
 
 
-def check_locally(args: argparse.Namespace, layout: Layout, argv: list[str]) -> int:
-    """Start ``--nproc`` local ranks of this same command; 0 only if all of them pass."""
+def check_locally(
+    args: argparse.Namespace, layout: Layout, argv: list[str], main: Callable[[list[str]], int]
+) -> int:
+    """Start ``--nproc`` local ranks of this same command, ``main(argv)`` in each (``main``:
+    the ``gangmesh`` command's entry point); 0 only if all of them pass."""
     if args.nproc < 1:
         raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
     MeshTopology.from_layout(args.nproc, layout)
@@ -57,7 +58,7 @@ def check_locally(args: argparse.Namespace, layout: Layout, argv: list[str]) -> 
     noun = "process" if args.nproc == 1 else "processes"
     print(f"gangmesh check: starting {args.nproc} local {noun} (gloo on 127.0.0.1)...",
           file=sys.stderr, flush=True)  # fmt: skip
-    exits = run_local_workers(args.nproc, argv, timeout=args.timeout)
+    exits = run_local_workers(args.nproc, main, argv, timeout=args.timeout)
     failed = [e for e in exits if e.returncode != 0]
     if not failed:
         return 0

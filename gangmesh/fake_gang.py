@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from gangmesh._checks import check_index, check_positive
-from gangmesh._validate import normalized_device
+from gangmesh._validate import Splits, normalized_device
 from gangmesh.gang import PlacedGang, ReduceOperation
 
 
@@ -82,13 +82,8 @@ class FakeGang(PlacedGang):
         output_tensor.view(-1).copy_(input_tensor.reshape(self._size, -1)[self._rank])
         _combine_with_itself(output_tensor, op, self._size)
 
-    def _all_to_all(
-        self,
-        output_tensor: Tensor,
-        input_tensor: Tensor,
-        output_split_sizes: list[int] | None,
-        input_split_sizes: list[int] | None,
-    ) -> None:
+    def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
+        output_split_sizes, input_split_sizes = splits
         if input_split_sizes is None:
             rows = input_tensor.shape[0] // self._size
             start = rows * self._rank

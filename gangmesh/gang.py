@@ -14,6 +14,7 @@ from torch.distributed import ProcessGroup
 
 from gangmesh._checks import InvalidTypeError, check_ranks
 from gangmesh._validate import (
+    Splits,
     check_all_to_all,
     check_gather_output,
     check_gather_outputs,
@@ -227,7 +228,7 @@ class Gang(ABC):
         splits = check_all_to_all(
             output_tensor, input_tensor, output_split_sizes, input_split_sizes, self.size
         )
-        self._all_to_all(output_tensor, input_tensor, *splits)
+        self._all_to_all(output_tensor, input_tensor, splits)
 
     def broadcast(self, tensor: Tensor, source_rank: int = 0) -> None:
         """Copy ``tensor`` of gang rank ``source_rank`` into ``tensor`` of every process.
@@ -286,13 +287,7 @@ class Gang(ABC):
     ) -> None: ...
 
     @abstractmethod
-    def _all_to_all(
-        self,
-        output_tensor: Tensor,
-        input_tensor: Tensor,
-        output_split_sizes: list[int] | None,
-        input_split_sizes: list[int] | None,
-    ) -> None: ...
+    def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None: ...
 
     @abstractmethod
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None: ...

@@ -15,12 +15,13 @@ from torch.distributed.device_mesh import DeviceMesh
 from gangmesh import current, mesh_build
 from gangmesh._exit import release_at_exit
 from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
-from gangmesh.dims import ALIASES, GANG_DIMS, GANG_NAMES, ROOT, Dim
+from gangmesh.dims import ALIASES, GANG_DIMS, GANG_NAMES, ROOT, SIZE_NAMES, Dim
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang
 from gangmesh.mesh_views import Meshes
 from gangmesh.mesh_wrap import wrap_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.render import short_group
 from gangmesh.topology import MeshTopology
 
 _STORED = (Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.DP, Dim.TP, Dim.PP, Dim.CP, Dim.EP, Dim.EFSDP,
@@ -145,13 +146,11 @@ class Gangs(Mapping[str, Gang]):
         efsdp = sdp if efsdp is None else efsdp
         etp = tp if etp is None else etp
         edp = dp if edp is None else edp
-        plan = plan or MeshTopology(
-            root.size, pp=pp.size, dp_replicate=rdp.size, dp_shard=sdp.size, cp=cp.size,
-            tp=tp.size, ep=ep.size, etp=etp.size,
-        )  # fmt: skip
+        by_dim = dict(zip(GANG_DIMS, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        sizes: dict[str, Any] = {dim.value: by_dim[dim].size for dim in SIZE_NAMES}
+        plan = plan or MeshTopology(root.size, **sizes)
         given_meshes = {"dense": mesh, "expert": expert_mesh}
         meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
-        by_dim = dict(zip(GANG_DIMS, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
         store: dict[str, Gang] = {name: by_dim[name] for name in _STORED}
         self._hold(root, store, plan, Meshes(meshes), timeout, [])
 
@@ -273,7 +272,7 @@ class Gangs(Mapping[str, Gang]):
     def __repr__(self) -> str:
         rank = self.root.rank
         parts = [
-            f"{name} {gang.rank}/{gang.size} {_short(self.plan.group_of(rank, name))}"
+            f"{name} {gang.rank}/{gang.size} {short_group(self.plan.group_of(rank, name))}"
             for name, gang in self.items()
             if gang.size > 1
         ]
@@ -344,9 +343,3 @@ class Gangs(Mapping[str, Gang]):
             not fit the dense one.
         """
         return cls._of(*wrap_meshes(mesh, expert_mesh, root, timeout))
-
-
-def _short(group: list[int], limit: int = 8) -> str:
-    if len(group) <= limit:
-        return "[" + ",".join(map(str, group)) + "]"
-    return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"

@@ -18,7 +18,7 @@ from torch.distributed import ProcessGroup
 
 from gangmesh import _backend, _c10d
 from gangmesh._checks import InvalidTypeError
-from gangmesh._validate import normalized_device
+from gangmesh._validate import Splits, normalized_device
 from gangmesh.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.rank_order import RankOrder
 
@@ -139,18 +139,11 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail(f"reduce_scatter({op.name})", ex)
 
-    def _all_to_all(
-        self,
-        output_tensor: Tensor,
-        input_tensor: Tensor,
-        output_split_sizes: list[int] | None,
-        input_split_sizes: list[int] | None,
-    ) -> None:
+    def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
         pg = self._live("all_to_all")
-        splits = (output_split_sizes, input_split_sizes)
         try:
             if self._order is not None:
-                self._order.all_to_all(pg, output_tensor, input_tensor, *splits)
+                self._order.all_to_all(pg, output_tensor, input_tensor, splits)
             else:
                 _backend.all_to_all_single(pg, output_tensor, input_tensor.contiguous(), *splits)
         except RuntimeError as ex:

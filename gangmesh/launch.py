@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.context import ForkServerContext, SpawnContext
@@ -44,8 +44,11 @@ class WorkerExit:
     """It was stopped (SIGSTOP, a debugger) when the launcher killed it (Linux only)."""
 
 
-def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> list[WorkerExit]:
-    """Run ``gangmesh <command> --init-method file://...`` as ranks 0..nproc-1.
+def run_local_workers(
+    nproc: int, main: Callable[[list[str]], int], command: Sequence[str], *, timeout: float
+) -> list[WorkerExit]:
+    """Run ``main([*command, "--init-method", "file://..."])`` as ranks 0..nproc-1, where
+    ``main`` is the ``gangmesh`` command's entry point and returns the exit status.
 
     The workers are forked from one process that has imported torch and gangmesh
     (multiprocessing's forkserver, where the system has it), so ``import torch`` is
@@ -66,7 +69,9 @@ def run_local_workers(nproc: int, command: Sequence[str], *, timeout: float) -> 
             for rank in range(nproc):
                 output = None if rank == 0 else str(logs[rank])
                 worker: BaseProcess = context.Process(
-                    target=_worker, args=(rank, nproc, argv, output), name=f"gangmesh-rank{rank}"
+                    target=_worker,
+                    args=(rank, nproc, main, argv, output),
+                    name=f"gangmesh-rank{rank}",
                 )
                 worker.start()
                 workers.append(worker)
@@ -95,7 +100,9 @@ def _context() -> ForkServerContext | SpawnContext:
     return context
 
 
-def _worker(rank: int, nproc: int, argv: list[str], output: str | None) -> None:
+def _worker(
+    rank: int, nproc: int, main: Callable[[list[str]], int], argv: list[str], output: str | None
+) -> None:
     """One rank: torchrun's variables, its output to ``output`` (if given), then the command."""
     os.environ.update(
         {
@@ -112,8 +119,6 @@ def _worker(rank: int, nproc: int, argv: list[str], output: str | None) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-    from gangmesh.cli import main
-
     try:
         code = main(argv)
     finally:

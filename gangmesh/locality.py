@@ -40,6 +40,9 @@ class Plan(Protocol):
     @property
     def layout(self) -> Layout: ...
 
+    @classmethod
+    def from_layout(cls, world_size: int, layout: Layout) -> Plan: ...
+
 
 @dataclass(frozen=True)
 class LocalityFinding:
@@ -237,11 +240,9 @@ def _advice(
 
 def _replanned(plan: Plan, change: dict[str, Any]) -> Plan | None:
     """``plan`` with the layout changed, or None where the change is no valid layout."""
-    from gangmesh.topology import MeshTopology  # the plan type; it imports this module
-
     try:
         layout = dataclasses.replace(plan.layout, **change)
-        return MeshTopology.from_layout(plan.world_size, layout)
+        return type(plan).from_layout(plan.world_size, layout)
     except ValueError:
         return None
 

@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.distributed import ProcessGroup
 
 from gangmesh import _backend
+from gangmesh._validate import Splits
 
 T = TypeVar("T")
 
@@ -46,18 +47,14 @@ class RankOrder:
         return [items[r] for r in self.from_group]
 
     def all_to_all(
-        self,
-        pg: ProcessGroup,
-        output_tensor: Tensor,
-        input_tensor: Tensor,
-        output_split_sizes: list[int] | None,
-        input_split_sizes: list[int] | None,
+        self, pg: ProcessGroup, output_tensor: Tensor, input_tensor: Tensor, splits: Splits
     ) -> None:
         """all_to_all over ``pg``, with the pieces of both tensors in gang rank order.
 
         :raises RuntimeError: the backend fails.
         """
         size = len(self.to_group)
+        output_split_sizes, input_split_sizes = splits
         sends = self.in_group_order(_split(input_tensor, input_split_sizes, size))
         receives = _split(output_tensor, output_split_sizes, size)
         by_group = [piece.shape[0] for piece in self.in_group_order(receives)]

@@ -44,16 +44,15 @@ def plan_table(
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):
         count = plan.group_count(dim)
-        shown = " ".join(_short(g) for g in plan.first_groups(dim, first))
+        shown = " ".join(short_group(g) for g in plan.first_groups(dim, first))
         more = " ..." if count > first else ""
         lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
     if rank is not None:
         coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(rank).items())
         lines.append(f"rank {rank}: {coordinate}")
         for dim in shown_dims(plan):
-            lines.append(
-                f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {_short(plan.group_of(rank, dim))}"
-            )
+            group = short_group(plan.group_of(rank, dim))
+            lines.append(f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {group}")
     if ranks_per_node is not None:
         findings = plan.check_locality(ranks_per_node)
         lines.extend(findings_text(findings, plan=plan, ranks_per_node=ranks_per_node))
@@ -177,7 +176,8 @@ def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
     return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"
 
 
-def _short(group: list[int], limit: int = 8) -> str:
+def short_group(group: list[int], limit: int = 8) -> str:
+    """A group as the table writes it: ``[0,2,4]``, or ``[0,2,...,30]`` beyond ``limit``."""
     if len(group) <= limit:
         return "[" + ",".join(map(str, group)) + "]"
     return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"

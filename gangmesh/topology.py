@@ -8,7 +8,8 @@ view, then efsdp, ep and etp. At ``ep = 1`` its groups are still real: efsdp hol
 ranks that shard one expert's weights, edp those that hold the same expert shard.
 
 The names and facts of the dimensions come from :mod:`gangmesh.dims`, the layout asked
-for from :mod:`gangmesh.layout`, the views from :mod:`gangmesh.view`. This module uses
+for from :mod:`gangmesh.layout`, the views and every group's ranks from :mod:`gangmesh.view`
+and the expert view's rules from :mod:`gangmesh.expert`. This module uses
 numpy only; nothing here imports torch or starts a process.
 """
 
@@ -19,13 +20,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gangmesh._checks import check_int, check_positive
+from gangmesh._checks import check_index, check_positive, check_rank_order
 from gangmesh.cluster import Cluster, Site
 from gangmesh.dims import (
     ALIASES,
     DENSE_DIMS,
     EXPERT_DIMS,
-    FACTS,
     FLATTENED,
     GANG_NAMES,
     MEGATRON_NAMES,
@@ -33,9 +33,10 @@ from gangmesh.dims import (
     SIZE_NAMES,
     Dim,
 )
+from gangmesh.expert import expert_view
 from gangmesh.layout import Layout
 from gangmesh.locality import LocalityFinding, find_crossings
-from gangmesh.view import View, coordinate_at, expert_view, position_of, reordered
+from gangmesh.view import View, named_view
 
 __all__ = [
     "ALIASES",
@@ -105,10 +106,9 @@ class MeshTopology:
         etp: int = 1,
         order: Sequence[str] | str | None = None,
     ) -> None:
-        self._world_size = check_positive("world_size", world_size)
-        layout = Layout(pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp,
-                        ep=ep, etp=etp, order=order)  # fmt: skip
-        self._lay_out(layout)
+        world_size = check_positive("world_size", world_size)
+        self._lay_out(world_size, Layout(pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard,
+                                         cp=cp, tp=tp, ep=ep, etp=etp, order=order))  # fmt: skip
 
     @classmethod
     def from_layout(cls, world_size: int, layout: Layout) -> MeshTopology:
@@ -122,11 +122,11 @@ class MeshTopology:
         :raises ValueError: as :class:`MeshTopology` does.
         """
         plan = cls.__new__(cls)
-        plan._world_size = check_positive("world_size", world_size)
-        plan._lay_out(layout)
+        plan._lay_out(check_positive("world_size", world_size), layout)
         return plan
 
-    def _lay_out(self, layout: Layout) -> None:
+    def _lay_out(self, world_size: int, layout: Layout) -> None:
+        self._world_size = world_size
         self._sites: tuple[Site, ...] = ()
         sizes = layout.resolve(self._world_size)
         self._order = layout.order
@@ -157,21 +157,19 @@ class MeshTopology:
         :raises ValueError: ``ranks`` or ``expert`` is no such permutation, or ``sites``
             does not hold one site per rank.
         """
-        dense = self._check_placed("ranks", ranks)
-        if sites and len(sites) != self._world_size:
+        world = self._world_size
+        dense = check_rank_order("ranks", ranks, world)
+        if sites and len(sites) != world:
             raise ValueError(
-                f"sites: expected the site of each of the {self._world_size} ranks, got "
-                f"{len(sites)} sites"
+                f"sites: expected the site of each of the {world} ranks, got {len(sites)} sites"
             )
-        base = MeshTopology.from_layout(self._world_size, self.layout)
-        default = dense[base._expert.ranks(np.arange(self._world_size, dtype=np.int64))]
-        by_expert = default if expert is None else self._check_placed("expert", expert)
-        unplaced = np.arange(self._world_size, dtype=np.int64)
+        base = MeshTopology.from_layout(world, self.layout)
+        unplaced = np.arange(world, dtype=np.int64)
+        default = dense[base._expert.ranks(unplaced)]
+        by_expert = default if expert is None else check_rank_order("expert", expert, world)
         if not np.array_equal(dense, unplaced) or not np.array_equal(by_expert, default):
-            dense_view, expert_view = base._dense, base._expert
-            base._dense = View(dense_view.names, dense_view.sizes, placed=tuple(dense.tolist()))
-            base._expert = View(expert_view.names, expert_view.sizes,
-                                placed=tuple(by_expert.tolist()))  # fmt: skip
+            base._dense = base._dense.placed_over(dense)
+            base._expert = base._expert.placed_over(by_expert)
         base._sites = tuple(sites)
         return base
 
@@ -179,17 +177,6 @@ class MeshTopology:
     def sites(self) -> tuple[Site, ...]:
         """Where each global rank runs, where placement was given it; else empty."""
         return self._sites
-
-    def _check_placed(self, name: str, ranks: Sequence[int] | np.ndarray) -> np.ndarray:
-        order = np.asarray(ranks, dtype=np.int64).reshape(-1)
-        world = self._world_size
-        if len(order) != world or not np.array_equal(np.sort(order), np.arange(world)):
-            raise ValueError(
-                f"{name}: expected a permutation of range({world}), got {_short(order)}"
-            )
-        if order[0] != 0:
-            raise ValueError(f"{name}: expected rank 0 first (at the mesh origin), got {order[0]}")
-        return order
 
     @property
     def placement(self) -> tuple[int, ...]:
@@ -206,14 +193,14 @@ class MeshTopology:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeshTopology):
             return NotImplemented
-        return (self._world_size, self._dense, self._expert) == (
-            other._world_size,
-            other._dense,
-            other._expert,
-        )
+        return self._key == other._key
 
     def __hash__(self) -> int:
-        return hash((self._world_size, self._dense, self._expert))
+        return hash(self._key)
+
+    @property
+    def _key(self) -> tuple[int, View, View]:
+        return self._world_size, self._dense, self._expert
 
     @property
     def world_size(self) -> int:
@@ -292,10 +279,7 @@ class MeshTopology:
         :param dim: a dimension name or alias, or a tuple of dimension names.
         """
         view, names = self._view_of(dim)
-        inner = [view.names.index(name) for name in names]
-        outer = [i for i in range(len(view.names)) if i not in inner]
-        groups: np.ndarray = view.grid().transpose(outer + inner).reshape(-1, self.size_of(dim))
-        return np.sort(groups, axis=1) if reordered(view, names) else groups
+        return view.groups(names)
 
     def group_of(self, rank: int, dim: str | tuple[str, ...]) -> list[int]:
         """The group along ``dim`` that holds ``rank``, in O(number of dims) work.
@@ -303,17 +287,9 @@ class MeshTopology:
         :param rank: a global rank.
         :param dim: a dimension name or alias, or a tuple of dimension names.
         """
-        rank = self._check_rank(rank)
+        rank = check_index("rank", rank, self._world_size, "a rank")
         view, names = self._view_of(dim)
-        position = position_of(view, rank)
-        coordinate = coordinate_at(view, position)
-        base = position - sum(coordinate[name] * view.stride(name) for name in names)
-        offsets = np.zeros(1, dtype=np.int64)
-        for name in names:
-            steps = np.arange(view.size(name), dtype=np.int64) * view.stride(name)
-            offsets = (offsets[:, None] + steps[None, :]).reshape(-1)
-        members = view.ranks(base + offsets)
-        return (np.sort(members) if reordered(view, names) else members).tolist()  # type: ignore[no-any-return]
+        return view.group_of(rank, names)
 
     def rank_in(self, rank: int, dim: str | tuple[str, ...]) -> int:
         """The rank of process ``rank`` inside its group along ``dim``.
@@ -321,26 +297,18 @@ class MeshTopology:
         :param rank: a global rank.
         :param dim: a dimension name or alias, or a tuple of dimension names.
         """
-        rank = self._check_rank(rank)
+        rank = check_index("rank", rank, self._world_size, "a rank")
         view, names = self._view_of(dim)
-        if reordered(view, names):
-            return self.group_of(rank, dim).index(rank)
-        coordinate = coordinate_at(view, position_of(view, rank))
-        index = 0
-        for name in names:
-            index = index * view.size(name) + coordinate[name]
-        return index
+        return view.rank_in(rank, names)
 
     def coordinate(self, rank: int) -> dict[str, int]:
         """The coordinate of ``rank`` along each dense dimension, then each expert one.
 
         :param rank: a global rank.
         """
-        rank = self._check_rank(rank)
-        coordinate = coordinate_at(self._dense, position_of(self._dense, rank))
-        expert = coordinate_at(self._expert, position_of(self._expert, rank))
-        coordinate.update({name: expert[name] for name in EXPERT_DIMS})
-        return coordinate
+        rank = check_index("rank", rank, self._world_size, "a rank")
+        expert = self._expert.coordinate(rank)
+        return {**self._dense.coordinate(rank), **{name: expert[name] for name in EXPERT_DIMS}}
 
     def rank_of(self, **coordinate: int) -> int:
         """The rank at a coordinate of one view; omitted dimensions count as 0.
@@ -351,19 +319,15 @@ class MeshTopology:
         """
         expert = [name for name in coordinate if name in EXPERT_DIMS]
         view = self._expert if expert else self._dense
-        position = 0
+        checked = {}
         for name, value in coordinate.items():
             if name not in view.names:
                 which = "expert" if expert else "dense"
                 raise ValueError(
                     f"{name}: unknown dimension in the {which} view; expected one of {view.names}"
                 )
-            size = view.size(name)
-            value_at = check_int(name, value)
-            if not 0 <= value_at < size:
-                raise ValueError(f"{name}: expected a coordinate in [0, {size}), got {value_at}")
-            position += value_at * view.stride(name)
-        return int(view.ranks(np.int64(position)))
+            checked[name] = check_index(name, value, view.size(name), "a coordinate")
+        return view.rank_at(checked)
 
     def check_locality(
         self,
@@ -420,13 +384,8 @@ class MeshTopology:
         :param dim: a dimension name or alias, or a tuple of dimension names.
         :param ranks: global ranks (an int64 array).
         """
-        view, inner = self._view_of(dim)
-        coordinates = view.coordinates(np.asarray(ranks, dtype=np.int64))
-        ids = np.zeros(len(ranks), dtype=np.int64)
-        for name, size in zip(view.names, view.sizes, strict=True):
-            if name not in inner:
-                ids = ids * size + coordinates[name]
-        return ids
+        view, names = self._view_of(dim)
+        return view.group_ids(names, ranks)
 
     def first_groups(self, dim: str | tuple[str, ...], count: int) -> list[list[int]]:
         """The first ``count`` rows of :meth:`groups`, without listing the others.
@@ -434,51 +393,8 @@ class MeshTopology:
         :param dim: a dimension name or alias, or a tuple of dimension names.
         :param count: how many groups, at most.
         """
-        view, inner = self._view_of(dim)
-        dims = zip(view.names, view.sizes, view.strides, strict=True)
-        outer = [(size, stride) for name, size, stride in dims if name not in inner]
-        groups = []
-        for index in range(min(count, self.group_count(dim))):
-            base, rest = 0, index
-            for size, stride in reversed(outer):
-                base += (rest % size) * stride
-                rest //= size
-            groups.append(self.group_of(int(view.ranks(np.int64(base))), dim))
-        return groups
+        view, names = self._view_of(dim)
+        return view.first_groups(names, count)
 
     def _view_of(self, dim: str | tuple[str, ...]) -> tuple[View, tuple[str, ...]]:
-        """The view a name or tuple lives in, and its dims."""
-        names = ALIASES.get(dim, (dim,)) if isinstance(dim, str) else tuple(dim)
-        if not names:
-            raise ValueError("dim: expected at least one dimension name, got ()")
-        known = (*DENSE_DIMS, *EXPERT_DIMS)
-        for name in names:
-            if name not in known:
-                every = ", ".join([*known, *ALIASES])
-                raise ValueError(f"dim: unknown dimension {name!r}; expected one of {every}")
-        expert = [name for name in names if FACTS[Dim(name)].expert]
-        if expert and any(FACTS[Dim(name)].view == "dense" for name in names):
-            raise ValueError(
-                f"dim: {names} mixes dense-only and expert dimensions; a group lives in one "
-                f"view: {DENSE_DIMS} or {(*SHARED_DIMS, *EXPERT_DIMS)}"
-            )
-        view = self._expert if expert else self._dense
-        if isinstance(dim, str):
-            names = tuple(sorted(names, key=view.names.index))
-        positions = [view.names.index(name) for name in names]
-        if positions != sorted(set(positions)):
-            raise ValueError(
-                f"dim: expected distinct dimensions in mesh order {view.names}, got {names}"
-            )
-        return view, names
-
-    def _check_rank(self, rank: int) -> int:
-        value = check_int("rank", rank)
-        if not 0 <= value < self._world_size:
-            raise ValueError(f"rank: expected a rank in [0, {self._world_size}), got {value}")
-        return value
-
-
-def _short(ranks: np.ndarray) -> str:
-    shown = ranks[:8].tolist()
-    return str(shown)[:-1] + (", ...]" if len(ranks) > 8 else "]")
+        return named_view(dim, self._dense, self._expert)

@@ -1,9 +1,10 @@
-"""Views of a world: its ranks laid out along named dimensions, and the expert view's rules.
+"""Views of a world: its ranks laid out along named dimensions, and the groups along them.
 
 A view is row-major over its positions. The dense view's positions are the global ranks;
 the expert view takes the same ranks with pp and dp_replicate as in the dense view, then
-efsdp, ep and etp, where ep borrows dense ranks by the rules of :func:`expert_view`.
-This module uses numpy only.
+efsdp, ep and etp (see :mod:`gangmesh.expert`). Every rank computation of a plan is made
+here: groups, one rank's group and its rank in it, group ids, coordinates. This module uses
+numpy only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, Dim
+from gangmesh.dims import ALIASES, DENSE_DIMS, EXPERT_DIMS, FACTS, SHARED_DIMS, Dim
 
 
 @dataclass(frozen=True)
@@ -109,100 +110,148 @@ class View:
         ranks = np.arange(math.prod(self.sizes), dtype=np.int64)
         return self.ranks(ranks).reshape(self.sizes)
 
+    def placed_over(self, ranks: np.ndarray) -> View:
+        """This view's dimensions over other ranks: ``ranks[i]`` at position ``i``.
 
-def reordered(view: View, names: tuple[str, ...]) -> bool:
-    """Whether groups over ``names`` may list ranks out of order: several dimensions of a
-    view that reorders the dense dimensions (the expert view at ep = 1, another order) or
-    of a placed view."""
-    return bool(view.axes or view.placed) and len(names) > 1
+        :param ranks: a permutation of the global ranks (an int64 array).
+        """
+        return View(self.names, self.sizes, placed=tuple(ranks.tolist()))
+
+    def groups(self, names: tuple[str, ...]) -> np.ndarray:
+        """Every group along ``names``: an int64 array ``[n_groups, group_size]``, rows in
+        row-major order of the other dimensions (see :meth:`MeshTopology.groups
+        <gangmesh.MeshTopology.groups>`).
+
+        :param names: distinct dimensions of this view, in its order.
+        """
+        inner = [self.names.index(name) for name in names]
+        outer = [i for i in range(len(self.names)) if i not in inner]
+        size = math.prod(self.sizes[i] for i in inner)
+        groups: np.ndarray = self.grid().transpose(outer + inner).reshape(-1, size)
+        return np.sort(groups, axis=1) if self._reorders(names) else groups
+
+    def group_of(self, rank: int, names: tuple[str, ...]) -> list[int]:
+        """The group along ``names`` that holds ``rank``, in O(number of dims) work.
+
+        :param rank: a global rank.
+        :param names: distinct dimensions of this view, in its order.
+        """
+        position = self._position(rank)
+        coordinate = self._coordinate(position)
+        base = position - sum(coordinate[name] * self.stride(name) for name in names)
+        offsets = np.zeros(1, dtype=np.int64)
+        for name in names:
+            steps = np.arange(self.size(name), dtype=np.int64) * self.stride(name)
+            offsets = (offsets[:, None] + steps[None, :]).reshape(-1)
+        members = self.ranks(base + offsets)
+        return (np.sort(members) if self._reorders(names) else members).tolist()  # type: ignore[no-any-return]
+
+    def rank_in(self, rank: int, names: tuple[str, ...]) -> int:
+        """The rank of process ``rank`` inside its group along ``names``.
+
+        :param rank: a global rank.
+        :param names: distinct dimensions of this view, in its order.
+        """
+        if self._reorders(names):
+            return self.group_of(rank, names).index(rank)
+        coordinate = self._coordinate(self._position(rank))
+        index = 0
+        for name in names:
+            index = index * self.size(name) + coordinate[name]
+        return index
+
+    def coordinate(self, rank: int) -> dict[str, int]:
+        """The coordinate of one global rank along each dimension.
+
+        :param rank: a global rank.
+        """
+        return self._coordinate(self._position(rank))
+
+    def rank_at(self, coordinate: dict[str, int]) -> int:
+        """The global rank at a coordinate; omitted dimensions count as 0.
+
+        :param coordinate: dimension name -> position along it, each in range.
+        """
+        return int(self.ranks(np.int64(sum(v * self.stride(n) for n, v in coordinate.items()))))
+
+    def group_ids(self, names: tuple[str, ...], ranks: np.ndarray) -> np.ndarray:
+        """For each rank, the index of its group along ``names``: its row in :meth:`groups`.
+
+        :param names: distinct dimensions of this view, in its order.
+        :param ranks: global ranks (an int64 array).
+        """
+        coordinates = self.coordinates(np.asarray(ranks, dtype=np.int64))
+        ids = np.zeros(len(ranks), dtype=np.int64)
+        for name, size in zip(self.names, self.sizes, strict=True):
+            if name not in names:
+                ids = ids * size + coordinates[name]
+        return ids
+
+    def first_groups(self, names: tuple[str, ...], count: int) -> list[list[int]]:
+        """The first ``count`` rows of :meth:`groups`, without listing the others.
+
+        :param names: distinct dimensions of this view, in its order.
+        :param count: how many groups, at most.
+        """
+        dims = zip(self.names, self.sizes, self.strides, strict=True)
+        outer = [(size, stride) for name, size, stride in dims if name not in names]
+        groups = []
+        for index in range(min(count, math.prod(size for size, _ in outer))):
+            base, rest = 0, index
+            for size, stride in reversed(outer):
+                base += (rest % size) * stride
+                rest //= size
+            groups.append(self.group_of(int(self.ranks(np.int64(base))), names))
+        return groups
+
+    def _reorders(self, names: tuple[str, ...]) -> bool:
+        """Whether groups over ``names`` may list ranks out of order: several dimensions of
+        a view that reorders the dense dimensions (the expert view at ep = 1, another
+        order) or of a placed view."""
+        return bool(self.axes or self.placed) and len(names) > 1
+
+    def _position(self, rank: int) -> int:
+        return int(self.positions(np.int64(rank)))
+
+    def _coordinate(self, position: int) -> dict[str, int]:
+        return {
+            name: (position // stride) % size
+            for name, size, stride in zip(self.names, self.sizes, self.strides, strict=True)
+        }
 
 
-def position_of(view: View, rank: int) -> int:
-    """The position of one global rank in ``view``."""
-    return int(view.positions(np.int64(rank)))
+def named_view(
+    dim: str | tuple[str, ...], dense: View, expert: View
+) -> tuple[View, tuple[str, ...]]:
+    """The view of a plan that a name, alias or tuple of names lives in, and its dimensions
+    in that view's order.
 
-
-def coordinate_at(view: View, position: int) -> dict[str, int]:
-    """The coordinate along each dimension of ``view`` of one position."""
-    return {
-        name: (position // stride) % size
-        for name, size, stride in zip(view.names, view.sizes, view.strides, strict=True)
-    }
-
-
-def borrowed_dims(etp: int) -> tuple[Dim, ...]:
-    """The dense dimensions whose ranks expert parallelism borrows: dp_shard and cp, and
-    tp too when the experts have no tensor parallelism of their own (etp = 1).
-
-    :param etp: the experts' tensor parallel size.
+    :param dim: a dimension name or alias, or a tuple of dimension names.
+    :param dense: the plan's dense view.
+    :param expert: the plan's expert view.
+    :raises ValueError: unknown names, repeats, names out of mesh order or names of the
+        dense and the expert view together.
     """
-    return tuple(d for d in DENSE_DIMS if d not in SHARED_DIMS and (etp == 1 or d != Dim.TP))
-
-
-def shared_outermost(order: tuple[str, ...]) -> bool:
-    """Whether the dimensions the expert view shares are the outermost of ``order``
-    (the rule for ep > 1: dense and expert layers share stages and replicas).
-
-    :param order: dense dimension names, outermost first.
-    """
-    return set(order[: len(SHARED_DIMS)]) == set(SHARED_DIMS)
-
-
-def tp_innermost(order: tuple[str, ...]) -> bool:
-    """Whether tp is the innermost of ``order`` (the rule for ep > 1 with etp = tp:
-    expert and dense layers share the tp groups).
-
-    :param order: dense dimension names, outermost first.
-    """
-    return order[-1] == Dim.TP
-
-
-def expert_view(dense: View, ep: int, etp: int) -> View:
-    """The expert view of a dense layout, checked against the rules.
-
-    ep borrows the ranks of dp_shard x cp (x tp when etp = 1); efsdp is what it leaves.
-    With ep = 1 the view may take the dense dimensions in another order than the dense
-    view; with ep > 1 the order rules keep it row-major over the ranks.
-
-    :param dense: the dense view.
-    :param ep: expert parallel size.
-    :param etp: the experts' tensor parallel size: 1 or tp.
-    :raises ValueError: ``etp`` is neither 1 nor tp, the order breaks a rule for
-        ep > 1, or ``ep`` does not divide the ranks it borrows.
-    """
-    tp = dense.size(Dim.TP)
-    if etp not in (1, tp):
+    names = ALIASES.get(dim, (dim,)) if isinstance(dim, str) else tuple(dim)
+    if not names:
+        raise ValueError("dim: expected at least one dimension name, got ()")
+    known = (*DENSE_DIMS, *EXPERT_DIMS)
+    for name in names:
+        if name not in known:
+            every = ", ".join([*known, *ALIASES])
+            raise ValueError(f"dim: unknown dimension {name!r}; expected one of {every}")
+    in_expert = [name for name in names if FACTS[Dim(name)].expert]
+    if in_expert and any(FACTS[Dim(name)].view == "dense" for name in names):
         raise ValueError(
-            f"etp: expected 1 (experts also borrow the tp ranks) or tp={tp} (experts keep "
-            f"the dense tensor parallelism), got {etp}"
+            f"dim: {names} mixes dense-only and expert dimensions; a group lives in one "
+            f"view: {DENSE_DIMS} or {(*SHARED_DIMS, *EXPERT_DIMS)}"
         )
-    if ep > 1 and not shared_outermost(dense.names):
+    view = expert if in_expert else dense
+    if isinstance(dim, str):
+        names = tuple(sorted(names, key=view.names.index))
+    positions = [view.names.index(name) for name in names]
+    if positions != sorted(set(positions)):
         raise ValueError(
-            f"order: with ep={ep} > 1, pp and dp_replicate must be the two outermost "
-            f"dimensions (dense and expert layers share pipeline stages and replicas); "
-            f"got {','.join(dense.names)}"
+            f"dim: expected distinct dimensions in mesh order {view.names}, got {names}"
         )
-    if ep > 1 and etp > 1 and not tp_innermost(dense.names):
-        raise ValueError(
-            f"order: with etp = tp = {tp}, tp must be the innermost dimension (expert and "
-            f"dense layers share the tp groups); got {','.join(dense.names)}"
-        )
-    borrowed = borrowed_dims(etp)
-    ranks = math.prod(dense.size(name) for name in borrowed)
-    if ranks % ep:
-        terms = " * ".join(f"{name}={dense.size(name)}" for name in borrowed)
-        raise ValueError(
-            f"ep: expected a factor of the ranks expert parallelism borrows, {terms} = "
-            f"{ranks} (etp={etp}), got ep={ep}"
-        )
-    shared = tuple(name for name in dense.names if name in SHARED_DIMS)
-    taken = (
-        *shared,
-        *(name for name in dense.names if name in borrowed),
-        *(name for name in dense.names if name not in (*SHARED_DIMS, *borrowed)),
-    )
-    axes = tuple(dense.names.index(name) for name in taken)
-    sizes = (*(dense.size(name) for name in shared), ranks // ep, ep, etp)
-    if axes == tuple(range(len(axes))):
-        return View((*shared, *EXPERT_DIMS), sizes)
-    return View((*shared, *EXPERT_DIMS), sizes, dense.sizes, axes)
+    return view, names

@@ -20,9 +20,9 @@ from typing import Any
 
 from gangmesh._checks import check_positive
 from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, SIZE_NAMES, Dim
+from gangmesh.expert import borrowed_dims, shared_outermost, tp_innermost
 from gangmesh.layout import Layout, parse_order
 from gangmesh.topology import MeshTopology
-from gangmesh.view import borrowed_dims, shared_outermost, tp_innermost
 
 try:
     from hypothesis import reject

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gangmesh.check import (
+from gangmesh.check_command import COLLECTIVE_FAILED, failure_report
+from gangmesh.check_report import (
     CHECKED_GANGS,
     GangReport,
     Placement,
@@ -10,7 +11,6 @@ from gangmesh.check import (
     stragglers,
     summarize,
 )
-from gangmesh.check_command import COLLECTIVE_FAILED, failure_report
 from gangmesh.cluster import Site
 from gangmesh.launch import WorkerExit
 from gangmesh.topology import MeshTopology
