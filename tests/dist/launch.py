@@ -1,8 +1,9 @@
 """Launch real multi-process gloo jobs on 127.0.0.1 with a bounded time and no leftovers.
 
 ``torchrun`` and ``run_command`` start a command as it is (tests of torchrun, restarts,
-exit codes, the CLI's own start). ``interpreters`` starts each rank as a new interpreter
-with torchrun's variables but no agent (tests of the interpreter's exit). The others
+exit codes, the exit under torchrun, the CLI where its command line matters).
+``interpreters`` starts each rank as a new interpreter with torchrun's variables but no
+agent (tests of the interpreter's exit). The others
 (``processes``, ``bare_processes``, ``slurm_like``, ``every_rank_results``,
 ``torchrun_like``, ``forked_module``) fork each process from one warm interpreter that has
 imported torch and gangmesh (gangmesh.testing.forkserver): new processes, each in a
