@@ -1,10 +1,13 @@
 """Launch real multi-process gloo jobs on 127.0.0.1 with a bounded time and no leftovers.
 
 ``torchrun`` and ``run_command`` start a command as it is (tests of torchrun, restarts,
-exit codes, the interpreter's exit, the CLI). The others (``processes``, ``bare_processes``,
-``slurm_like``, ``every_rank_results``, ``torchrun_like``) fork each rank from one warm
-interpreter that has imported torch and gangmesh (gangmesh.testing.forkserver): new
-processes, each in a session of its own, without paying for ``import torch`` per rank.
+exit codes, the exit under torchrun, the CLI where its command line matters).
+``interpreters`` starts each rank as a new interpreter with torchrun's variables but no
+agent (tests of the interpreter's exit). The others
+(``processes``, ``bare_processes``, ``slurm_like``, ``every_rank_results``,
+``torchrun_like``, ``forked_module``) fork each process from one warm interpreter that has
+imported torch and gangmesh (gangmesh.testing.forkserver): new processes, each in a
+session of its own, without paying for ``import torch`` per process.
 """
 
 from __future__ import annotations
@@ -182,32 +185,86 @@ def torchrun_like(
     workers (one node, first attempt; rank 0 serves the store), their output in one stream
     as torchrun's is. For scripts whose test is not about torchrun itself. ``path0``: the
     first folder of ``sys.path`` (default: the script's)."""
-    path = Path(script)
-    if not path.is_absolute():
-        path = WORKERS / path
-    port = str(free_port())
     return processes(
-        str(path),
+        str(_worker_path(script)),
         nproc,
         *args,
         timeout=timeout,
         shared_output=True,
         path0=path0,
-        env_of=lambda rank: {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(nproc),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(nproc),
-            "GROUP_RANK": "0",
-            "ROLE_RANK": str(rank),
-            "ROLE_WORLD_SIZE": str(nproc),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-            "TORCHELASTIC_RESTART_COUNT": "0",
-            "TORCHELASTIC_MAX_RESTARTS": "0",
-            **(env or {}),
-        },
+        env_of=_torchrun_variables(nproc, env),
     )
+
+
+def interpreters(script: str | Path, nproc: int, *args: str, timeout: float = 180) -> Run:
+    """Run ``script`` as ``nproc`` new interpreters (``python script``, each in a session of
+    its own) with the variables torchrun gives its workers, no agent, their output in one
+    stream, all bounded by ``timeout`` and killed afterwards. The return code is the one
+    farthest from 0. For tests of what a process does when its interpreter ends."""
+    path = _worker_path(script)
+    env_of = _torchrun_variables(nproc)
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    base.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    started: list[subprocess.Popen[bytes]] = []
+    codes: list[int | None] = []
+    with tempfile.TemporaryFile() as log:
+        try:
+            for rank in range(nproc):
+                started.append(
+                    subprocess.Popen(
+                        [sys.executable, str(path), *args],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env={**base, **env_of(rank)},
+                        start_new_session=True,
+                    )
+                )
+            deadline = time.monotonic() + timeout
+            for proc in started:
+                try:
+                    codes.append(proc.wait(max(0.1, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    codes.append(None)
+        finally:
+            for proc in started:
+                _kill_session(proc.pid)
+            for proc in started:
+                proc.wait()
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    if None in codes:
+        output = f"TIMED OUT after {timeout}s\n{output}"
+    final = [-9 if code is None else code for code in codes]
+    return Run(max(final, key=abs), output, [proc.pid for proc in started])
+
+
+def _worker_path(script: str | Path) -> Path:
+    """``script``, or the worker of that name when it is not an absolute path."""
+    path = Path(script)
+    return path if path.is_absolute() else WORKERS / path
+
+
+def _torchrun_variables(
+    nproc: int, env: dict[str, str] | None = None
+) -> Callable[[int], dict[str, str]]:
+    """The variables torchrun gives each of ``nproc`` workers on one node, first attempt,
+    with a free port for the store rank 0 serves; ``env`` added to each."""
+    port = str(free_port())
+    return lambda rank: {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(nproc),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        **(env or {}),
+    }
 
 
 def processes(
@@ -227,28 +284,50 @@ def processes(
     started = list(range(count) if ranks is None else ranks)
     clean = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     with tempfile.TemporaryDirectory(prefix="gangmesh-job-") as folder:
-        logs = [Path(folder) / ("all.log" if shared_output else f"rank{rank}.log") for rank in started]
-        server = fork_server()
-        pids = [
-            server.spawn(
-                Job(
-                    target=str(WORKERS / script),
-                    argv=list(args),
-                    env={**clean, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env_of(rank)},
-                    cwd=os.getcwd(),
-                    output=str(log),
-                    path0=path0,
-                )
+        logs = [
+            Path(folder) / ("all.log" if shared_output else f"rank{rank}.log") for rank in started
+        ]
+        jobs = [
+            Job(
+                target=str(WORKERS / script),
+                argv=list(args),
+                env={**clean, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env_of(rank)},
+                cwd=os.getcwd(),
+                output=str(log),
+                path0=path0,
             )
             for rank, log in zip(started, logs, strict=True)
         ]
-        deadline = time.monotonic() + timeout
-        codes: list[int | None] = [server.wait(pid, max(0.1, deadline - time.monotonic())) for pid in pids]
-        for pid in pids:
-            server.kill_session(pid)
-        for pid in pids:
-            server.reap(pid)
-        output = "\n".join(log.read_text(errors="replace") for log in dict.fromkeys(logs) if log.exists())
+        return _run_jobs(jobs, timeout)
+
+
+def forked_module(module: str, *args: str, timeout: float) -> Run:
+    """``python -m module args`` as a process forked from the warm interpreter, with the
+    environment ``run_command`` gives; bounded by ``timeout``, its session killed afterwards."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory(prefix="gangmesh-job-") as folder:
+        job = Job(module, list(args), env, os.getcwd(), str(Path(folder) / "out.log"), module=True)
+        return _run_jobs([job], timeout)
+
+
+def _run_jobs(jobs: list[Job], timeout: float) -> Run:
+    """Fork a process per job, wait for all of them (``timeout`` in all), kill their sessions
+    and reap them. The return code is the one farthest from 0; the output is each log file
+    in turn (once, when jobs share one)."""
+    server = fork_server()
+    pids = [server.spawn(job) for job in jobs]
+    deadline = time.monotonic() + timeout
+    codes: list[int | None] = [
+        server.wait(pid, max(0.1, deadline - time.monotonic())) for pid in pids
+    ]
+    for pid in pids:
+        server.kill_session(pid)
+    for pid in pids:
+        server.reap(pid)
+    logs = [Path(job.output) for job in jobs]
+    output = "\n".join(
+        log.read_text(errors="replace") for log in dict.fromkeys(logs) if log.exists()
+    )
     if None in codes:
         output = f"TIMED OUT after {timeout}s\n{output}"
     final = [-9 if code is None else code for code in codes]

@@ -10,12 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.dist.launch import run_command
+from tests.dist.launch import forked_module, run_command
 
 pytestmark = pytest.mark.dist
 
 
 def check(*args: str, timeout: float = 240):
+    """``python -m gangmesh.cli check args``, forked from the warm interpreter."""
+    return forked_module("gangmesh.cli", "check", *args, timeout=timeout)
+
+
+def check_in_new_interpreter(*args: str, timeout: float = 240):
+    """The same as a new interpreter, whose command line names its arguments in /proc."""
     return run_command([sys.executable, "-m", "gangmesh.cli", "check", *args], timeout=timeout)
 
 
@@ -89,7 +95,9 @@ def test_an_impossible_layout_is_one_line_and_exit_code_2():
 
 def test_a_process_that_exits_is_named_as_the_cause(tmp_path):
     marker = str(tmp_path / "fault.json")
-    run = check("--inject-rank", "2", "--timeout", "20", "--json", marker, timeout=120)
+    run = check_in_new_interpreter(
+        "--inject-rank", "2", "--timeout", "20", "--json", marker, timeout=120
+    )
     assert run.returncode == 1, run.output
     host = socket.gethostname()
     assert (
@@ -109,8 +117,9 @@ def test_a_process_that_exits_is_named_as_the_cause(tmp_path):
 )
 def test_a_process_killed_or_stopped_is_named_as_the_cause(tmp_path, fault, rank, cause):
     marker = str(tmp_path / "fault.json")
-    run = check("--nproc", "4", "--tp", "2", "--timeout", "5", "--inject-rank", rank,
-                "--inject-fault", fault, "--json", marker, timeout=120)  # fmt: skip
+    run = check_in_new_interpreter("--nproc", "4", "--tp", "2", "--timeout", "5", "--inject-rank",
+                                   rank, "--inject-fault", fault, "--json", marker,
+                                   timeout=120)  # fmt: skip
     assert run.returncode == 1, run.output
     first = f"gangmesh check: FAILED: rank {rank} on {socket.gethostname()} {cause}; 3 other"
     assert first in run.output
