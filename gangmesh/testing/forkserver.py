@@ -7,7 +7,8 @@ given (never starting a thread or a process group) and then forks, on request, o
 process per rank. Each forked process is new: it starts a session of its own, takes the
 environment, working directory, ``sys.argv`` and ``sys.path[0]`` it is given, writes to
 its own output file, runs a script or a module as ``__main__``, and ends through the
-interpreter's normal exit (atexit hooks, exit code, an uncaught exception's traceback),
+interpreter's normal exit (atexit hooks, exit code, an uncaught exception's traceback; with
+``Job.finalize`` also the interpreter's finalisation and C++ teardown),
 as ``python script.py`` would. Nothing a test does, a process group it leaves, a rank
 it kills or a collective that hangs, can reach the next test: every test gets processes
 no test has run in, and a process that does not finish is killed with its session.
@@ -51,6 +52,7 @@ class Job:
     output: str  # file that receives stdout and stderr (appended to: ranks may share one)
     module: bool = False
     path0: str | None = field(default=None)  # sys.path[0]; default: the script's folder or cwd
+    finalize: bool = False  # end as a new interpreter ends, C++ static destructors included
 
 
 class ForkServerError(RuntimeError):
@@ -286,8 +288,9 @@ def _fork(job: Job, close: list[int]) -> int:
 
 
 def _run(job: Job) -> int:
-    """Run the job as ``__main__`` in this (forked) process, then do what the interpreter
-    does at exit on the Python side; the exit code."""
+    """Run the job as ``__main__`` in this (forked) process; the exit code. Unless the
+    job asks for the interpreter's own finalisation, do what it does at exit on the
+    Python side here."""
     os.chdir(job.cwd)
     os.environ.clear()
     os.environ.update(job.env)
@@ -314,7 +317,7 @@ def _run(job: Job) -> int:
     except BaseException as ex:
         sys.excepthook(type(ex), ex, ex.__traceback__)
         code = 1
-    return _exit(code)
+    return code if job.finalize else _exit(code)
 
 
 def _exit_code(value: object) -> int:
@@ -330,8 +333,8 @@ def _exit_code(value: object) -> int:
 def _exit(code: int) -> int:
     """The interpreter's exit, Python side: wait for non-daemon threads, run the atexit
     hooks, flush the streams. (The C++ static destructors that follow in a new
-    interpreter, seconds of deregistering torch operators, are skipped: tests of what
-    happens at interpreter teardown need processes of their own.)"""
+    interpreter, seconds of deregistering torch operators, are skipped, unless the job
+    asks for them with ``finalize``.)"""
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
@@ -355,7 +358,10 @@ def _reseed() -> None:
 def _main() -> None:
     job = _serve(sys.argv[1:])
     if job is not None:
-        os._exit(_run(job))
+        code = _run(job)
+        if job.finalize:
+            sys.exit(code)  # the interpreter's whole exit: hooks, finalisation, C++ teardown
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,12 @@
 """Launch real multi-process gloo jobs on 127.0.0.1 with a bounded time and no leftovers.
 
 ``torchrun`` and ``run_command`` start a command as it is (tests of torchrun, restarts,
-exit codes, the exit under torchrun, the CLI where its command line matters).
-``interpreters`` starts each rank as a new interpreter with torchrun's variables but no
-agent (tests of the interpreter's exit). The others
+exit codes, the exit under torchrun, the CLI where its command line matters). The others
 (``processes``, ``bare_processes``, ``slurm_like``, ``every_rank_results``,
 ``torchrun_like``, ``forked_module``) fork each process from one warm interpreter that has
 imported torch and gangmesh (gangmesh.testing.forkserver): new processes, each in a
-session of its own, without paying for ``import torch`` per process.
+session of its own, without paying for ``import torch`` per process; with ``finalize``
+each ends as a new interpreter does (tests of the interpreter's exit).
 """
 
 from __future__ import annotations
@@ -31,7 +30,14 @@ from gangmesh.testing.forkserver import ForkServer, Job
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 # What the worker scripts and the docs' examples import, imported once by the fork server.
 PRELOAD = [
     "numpy",
@@ -92,7 +98,11 @@ def run_command(cmd: list[str], *, timeout: float, env: dict[str, str] | None = 
 
 
 def torchrun(
-    script: str | Path, nproc: int, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+    script: str | Path,
+    nproc: int,
+    *args: str,
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
 ) -> Run:
     """Run ``script`` under torchrun with ``nproc`` local processes on 127.0.0.1."""
     path = Path(script)
@@ -123,10 +133,8 @@ def every_rank_results(script: str, world: int, out: Path, timeout: float = 180)
 
 def _kill_session(pid: int) -> None:
     """Kill whatever the launched session left behind."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def slurm_like(
@@ -180,11 +188,13 @@ def torchrun_like(
     timeout: float = 180,
     env: dict[str, str] | None = None,
     path0: str | None = None,
+    finalize: bool = False,
 ) -> Run:
     """Run ``script`` in ``nproc`` forked processes with the variables torchrun gives its
     workers (one node, first attempt; rank 0 serves the store), their output in one stream
     as torchrun's is. For scripts whose test is not about torchrun itself. ``path0``: the
-    first folder of ``sys.path`` (default: the script's)."""
+    first folder of ``sys.path`` (default: the script's). ``finalize``: each process ends
+    as a new interpreter does, finalisation and C++ teardown included (tests of the exit)."""
     return processes(
         str(_worker_path(script)),
         nproc,
@@ -192,51 +202,9 @@ def torchrun_like(
         timeout=timeout,
         shared_output=True,
         path0=path0,
+        finalize=finalize,
         env_of=_torchrun_variables(nproc, env),
     )
-
-
-def interpreters(script: str | Path, nproc: int, *args: str, timeout: float = 180) -> Run:
-    """Run ``script`` as ``nproc`` new interpreters (``python script``, each in a session of
-    its own) with the variables torchrun gives its workers, no agent, their output in one
-    stream, all bounded by ``timeout`` and killed afterwards. The return code is the one
-    farthest from 0. For tests of what a process does when its interpreter ends."""
-    path = _worker_path(script)
-    env_of = _torchrun_variables(nproc)
-    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    base.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    started: list[subprocess.Popen[bytes]] = []
-    codes: list[int | None] = []
-    with tempfile.TemporaryFile() as log:
-        try:
-            for rank in range(nproc):
-                started.append(
-                    subprocess.Popen(
-                        [sys.executable, str(path), *args],
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env={**base, **env_of(rank)},
-                        start_new_session=True,
-                    )
-                )
-            deadline = time.monotonic() + timeout
-            for proc in started:
-                try:
-                    codes.append(proc.wait(max(0.1, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    codes.append(None)
-        finally:
-            for proc in started:
-                _kill_session(proc.pid)
-            for proc in started:
-                proc.wait()
-        log.seek(0)
-        output = log.read().decode(errors="replace")
-    if None in codes:
-        output = f"TIMED OUT after {timeout}s\n{output}"
-    final = [-9 if code is None else code for code in codes]
-    return Run(max(final, key=abs), output, [proc.pid for proc in started])
 
 
 def _worker_path(script: str | Path) -> Path:
@@ -276,6 +244,7 @@ def processes(
     ranks: list[int] | None = None,
     shared_output: bool = False,
     path0: str | None = None,
+    finalize: bool = False,
 ) -> Run:
     """Run ``count`` copies of a worker script (or only ``ranks`` of them), each forked in a
     session of its own, all bounded by ``timeout`` and killed afterwards. The return code
@@ -295,6 +264,7 @@ def processes(
                 cwd=os.getcwd(),
                 output=str(log),
                 path0=path0,
+                finalize=finalize,
             )
             for rank, log in zip(started, logs, strict=True)
         ]

@@ -42,7 +42,9 @@ def expected(members: list[int], me: int) -> dict[str, object]:
         "all_to_all_even": [100.0 * g + rank for g in members for _ in range(2)],
         "all_to_all_uneven": [100.0 * g + rank for g in members for _ in range(rank + 1)],
         "broadcast_from_last": float(last),
-        "broadcast_objects_from_last": repr([{"from": last, "nested": [last, ("x", {last})]}, None]),
+        "broadcast_objects_from_last": repr(
+            [{"from": last, "nested": [last, ("x", {last})]}, None]
+        ),
         "flag": last % 2 == 1,
         "all_sum": sum(members),
         "dict": size,
@@ -52,7 +54,9 @@ def expected(members: list[int], me: int) -> dict[str, object]:
     for op, combine in COMBINE.items():
         out[f"all_reduce_{op}"] = [combine(values), combine([-v for v in values])]
         # Process with global rank g holds (g + 1) * (i + 1) at index i; this rank gets 2r, 2r+1.
-        out[f"reduce_scatter_{op}"] = [combine([v * (i + 1) for v in values]) for i in (2 * rank, 2 * rank + 1)]
+        out[f"reduce_scatter_{op}"] = [
+            combine([v * (i + 1) for v in values]) for i in (2 * rank, 2 * rank + 1)
+        ]
     return out
 
 

@@ -22,7 +22,10 @@ def launched(tmp_path_factory):
     """Every mode's job, launched at the same time: most of each is waiting out a timeout."""
     folder = tmp_path_factory.mktemp("faults")
     with ThreadPoolExecutor(len(MODES)) as pool:
-        runs = {mode: pool.submit(bare_processes, "faults.py", 4, str(folder / mode), mode, timeout=120) for mode in MODES}
+        runs = {
+            mode: pool.submit(bare_processes, "faults.py", 4, str(folder / mode), mode, timeout=120)
+            for mode in MODES
+        }
     return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
 
 
@@ -57,7 +60,9 @@ def test_a_peer_killed_mid_loop(run_fault):
     killed_at = results[2]["killed_at"]
     for rank in (0, 1, 3):
         got = results[rank]
-        assert got["error"].startswith(f"all_reduce(SUM) failed on gang 'root' (size 4, rank {rank}")
+        assert got["error"].startswith(
+            f"all_reduce(SUM) failed on gang 'root' (size 4, rank {rank}"
+        )
         assert got["errored_at"] - killed_at < TIMEOUT_S + 2
         assert got["closed_twice"] is True
 

@@ -52,7 +52,11 @@ def test_one_communicator_per_distinct_rank_set_and_one_for_size_one(results, la
     plan = PLANS[layout]
     world = tuple(range(WORLD))
     for me in range(WORLD):
-        expected = [r for r in {tuple(plan.group_of(me, name)) for name in BUILT_NAMES} if 1 < len(r) < WORLD]
+        expected = [
+            r
+            for r in {tuple(plan.group_of(me, name)) for name in BUILT_NAMES}
+            if 1 < len(r) < WORLD
+        ]
         # Gangs spanning the world share the root's group unless their timeout differs from
         # the root's (these layouts ask for 77 s; the root has 60 s): then they share one of their own.
         spans_world = any(len(plan.group_of(me, name)) == WORLD for name in BUILT_NAMES)
@@ -65,7 +69,9 @@ def test_one_communicator_per_distinct_rank_set_and_one_for_size_one(results, la
             [(me,)] + [tuple(c["ranks"]) for c in got]
         )
         assert results[me][layout]["backends"] == ["gloo"]
-        assert [c["created"] for c in got if c["ranks"] == list(range(WORLD)) and "root" in c["gangs"]] == [False]
+        assert [
+            c["created"] for c in got if c["ranks"] == list(range(WORLD)) and "root" in c["gangs"]
+        ] == [False]
 
 
 @pytest.mark.parametrize("layout", sorted(PLANS))
@@ -84,7 +90,9 @@ def test_counts_for_the_documented_layouts(results):
     # At ep = 1 the expert groups are real: efsdp = dp_shard x cp x tp, edp = dp_replicate x efsdp.
     # A whole-world gang with the layout's own timeout has a group of its own beside the root's.
     assert counts["tp2"] == 4  # root, efsdp = edp (world), tp [0,1], dp = dp_shard [0,2,4,6]
-    assert counts["hsdp_tp2"] == 7  # root, edp (world), tp, rdp [0,4], sdp [0,2], dp, efsdp [0,1,2,3]
+    assert (
+        counts["hsdp_tp2"] == 7
+    )  # root, edp (world), tp, rdp [0,4], sdp [0,2], dp, efsdp [0,1,2,3]
     assert counts["pp2_rep2_tp2"] == 5  # root, tp = efsdp, pp [0,4], rdp [0,2] = dp, edp [0,1,2,3]
     assert counts["cp2_tp2"] == 6  # root, efsdp = edp (world), tp, cp [0,2], dp [0,4], dp_shard_cp
     assert counts["ep1_etp2"] == 5  # root, tp = etp, rdp, sdp = efsdp, dp = edp

@@ -21,7 +21,9 @@ FAIRSEQ2 = "0.8.1"
 
 def printed(script: str, nproc: int, packages: Path | None = None) -> list[str]:
     """What the ranks of ``script`` print, sorted; ``packages``: a folder searched first for imports."""
-    run = torchrun_like(MIGRATION / script, nproc, path0=None if packages is None else str(packages))
+    run = torchrun_like(
+        MIGRATION / script, nproc, path0=None if packages is None else str(packages)
+    )
     assert run.returncode == 0, run.output
     # Ranks share one stdout, so a line may be interleaved with another rank's: find records.
     return sorted(re.findall(r"(rank \d+: .*?)(?=rank \d+: |\n|$)", run.output))

@@ -44,7 +44,7 @@ def test_refined_gangs_share_groups_and_outlive_the_first(results):
             "root": 6.0, "dp": sum(dp), "rdp": sum(dp), "tp": sum(tp), "efsdp": sum(tp),
             "edp": 6.0,
         }  # fmt: skip
-        assert got["communicators"] == sorted([tp, dp]) + [[0, 1, 2, 3]]
+        assert got["communicators"] == [*sorted([tp, dp]), [0, 1, 2, 3]]
     assert all(results[me]["hsdp_tp_grads_match"] for me in range(WORLD))
     sums = {results[me]["fsdp_grad_sum"] for me in range(WORLD)}
     assert len(sums) == 1, "every process holds the same full gradient"

@@ -268,7 +268,9 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
     )
     recorder.assertoutcome(passed=4, failed=2)
     killed = report_of(recorder, "test_4_kills_a_rank").longreprtext
-    assert "rank 1 of 2: exited with code -9 before the test finished" in killed.splitlines(), killed
+    assert "rank 1 of 2: exited with code -9 before the test finished" in killed.splitlines(), (
+        killed
+    )
     hung = report_of(recorder, "test_5_hangs_a_collective").longreprtext
     assert hung.splitlines()[0] == "timed out after 10 s: ranks 0, 1 of 2 did not finish", hung
     notes = {p.name: [int(n) for n in p.read_text().split()] for p in tmp_path.iterdir()}
@@ -288,7 +290,9 @@ def test_a_test_that_breaks_its_world_does_not_reach_the_next(
     assert children_of(os.getpid()) <= before
 
 
-def test_fresh_ranks_run_the_same_tests_as_new_interpreters(pytester: pytest.Pytester, tmp_path: Path):
+def test_fresh_ranks_run_the_same_tests_as_new_interpreters(
+    pytester: pytest.Pytester, tmp_path: Path
+):
     pytester.makepyfile(
         test_user=f"""
         import os

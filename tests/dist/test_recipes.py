@@ -25,7 +25,9 @@ def test_recipe_matches_one_process_and_shards(name):
     assert run.returncode == 0, run.output
     assert banner in run.output
     assert f"blocks[0].up.weight: local shard {shard}" in run.output
-    steps = re.findall(r"step \d: loss [\d.]+ \(single process [\d.]+, rel\. error ([\d.e+-]+)\)", run.output)
+    steps = re.findall(
+        r"step \d: loss [\d.]+ \(single process [\d.]+, rel\. error ([\d.e+-]+)\)", run.output
+    )
     assert len(steps) == 4, run.output
     assert max(float(e) for e in steps) <= 1e-5
     assert "matches the single-process run within 1e-05" in run.output

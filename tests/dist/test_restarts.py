@@ -10,6 +10,7 @@ from tests.dist.launch import WORKERS, free_port, run_command
 
 pytestmark = pytest.mark.dist
 
+
 def restarted_job(out, rendezvous: str, *args: str):
     if rendezvous == "static":
         where = ["--master-addr=127.0.0.1", f"--master-port={free_port()}"]

@@ -27,7 +27,12 @@ def launched(tmp_path_factory):
     """Every mode's job, launched at the same time: several wait out a timeout."""
     folder = tmp_path_factory.mktemp("setup_faults")
     with ThreadPoolExecutor(len(MODES) + 1) as pool:
-        runs = {mode: pool.submit(bare_processes, "setup_faults.py", 4, str(folder / mode), mode, timeout=120) for mode in MODES}
+        runs = {
+            mode: pool.submit(
+                bare_processes, "setup_faults.py", 4, str(folder / mode), mode, timeout=120
+            )
+            for mode in MODES
+        }
         runs["lonely"] = pool.submit(lonely, folder / "lonely")
     return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
 
@@ -50,7 +55,10 @@ def test_a_different_layout_on_one_rank_is_named_on_every_rank_at_once(run_setup
         got = results[me]
         assert got["kind"] == "ValueError"
         assert got["error"].startswith("create_gangs: the processes asked for different things: ")
-        assert "ranks [0, 2, 3] asked for pp=1, dp_replicate=1, dp_shard=-1, cp=1, tp=1" in got["error"]
+        assert (
+            "ranks [0, 2, 3] asked for pp=1, dp_replicate=1, dp_shard=-1, cp=1, tp=1"
+            in got["error"]
+        )
         assert "ranks [1] asked for pp=1, dp_replicate=1, dp_shard=-1, cp=1, tp=2" in got["error"]
         assert got["seconds"] < TIMEOUT_S, "named at once, not after the timeout"
 

@@ -16,6 +16,11 @@ SCRIPT = """
 import atexit, json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
 
+class Finalised:
+    def __del__(self, write=os.write):  # runs when the interpreter finalises its modules
+        write(1, b"finalised\\n")
+
+kept = Finalised()
 mode = sys.argv[1]
 atexit.register(lambda: print("atexit ran", flush=True))
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "env": os.environ.get("ONLY"),
@@ -43,12 +48,14 @@ def server():
         yield server
 
 
-def run(server: ForkServer, tmp_path: Path, *argv: str) -> tuple[int | None, str, int]:
+def run(
+    server: ForkServer, tmp_path: Path, *argv: str, finalize: bool = False
+) -> tuple[int | None, str, int]:
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     output = tmp_path / "output.txt"
     job = Job(target=str(script), argv=list(argv), env={"ONLY": "this"}, cwd=str(tmp_path),
-              output=str(output))  # fmt: skip
+              output=str(output), finalize=finalize)  # fmt: skip
     pid = server.spawn(job)
     code = server.wait(pid, timeout=60)
     server.kill_session(pid)
@@ -76,6 +83,16 @@ def test_exit_codes_and_tracebacks_are_a_scripts(server, tmp_path):
     assert code == 1
     assert 'File "' + str(tmp_path / "script.py") + '", line' in output
     assert "RuntimeError: deliberate" in output and output.rstrip().endswith("atexit ran")
+
+
+def test_a_job_that_asks_ends_with_the_interpreters_finalisation(server, tmp_path):
+    """Without ``finalize`` the process skips the interpreter's finalisation (module objects
+    are never finalised); with it, the process ends as ``python script.py`` does."""
+    code, output, _ = run(server, tmp_path, "exit", "3", finalize=True)
+    assert (code, output.splitlines()[1:]) == (3, ["atexit ran", "finalised"])
+    code, output, _ = run(server, tmp_path, "raise", finalize=True)
+    assert code == 1 and "RuntimeError: deliberate" in output
+    assert output.rstrip().endswith("atexit ran\nfinalised")
 
 
 def test_the_process_waits_for_its_threads_before_it_ends(server, tmp_path):

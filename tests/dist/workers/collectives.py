@@ -54,14 +54,19 @@ def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
     t = torch.tensor([float(global_rank)])
     gang.broadcast(t, source_rank=last)
     out["broadcast_from_last"] = t.item()
-    objects: list[object] = [{"from": global_rank, "nested": [global_rank, ("x", {global_rank})]}, None]
+    objects: list[object] = [
+        {"from": global_rank, "nested": [global_rank, ("x", {global_rank})]},
+        None,
+    ]
     gang.broadcast_objects(objects, source_rank=last)
     out["broadcast_objects_from_last"] = repr(objects)
     gang.barrier()
     out["flag"] = gm.broadcast_flag(gang, global_rank % 2 == 1, source_rank=last)
     out["all_sum"] = gm.all_sum(gang, global_rank).item()
     out["dict"] = gm.all_reduce_dict(gang, {"n": 1, "r": torch.tensor([float(global_rank)])})["n"]
-    out["dict_mean"] = gm.all_reduce_dict(gang, {"n": global_rank + 1}, gm.ReduceOperation.MEAN)["n"]
+    out["dict_mean"] = gm.all_reduce_dict(gang, {"n": global_rank + 1}, gm.ReduceOperation.MEAN)[
+        "n"
+    ]
     out["objects"] = gm.all_gather_objects(gang, {"g": global_rank})
     return out
 
@@ -80,7 +85,9 @@ def identical_inputs(gang: gm.Gang) -> dict[str, object]:
     splits = [(d * 2 + 1) % 3 for d in range(gang.size)]  # [1, 0, 2, 1] on 4 processes
     mine = splits[gang.rank]
     received = torch.empty(mine * gang.size, 2)
-    gang.all_to_all(received, torch.arange(2.0 * sum(splits)).reshape(-1, 2), [mine] * gang.size, splits)
+    gang.all_to_all(
+        received, torch.arange(2.0 * sum(splits)).reshape(-1, 2), [mine] * gang.size, splits
+    )
     out["all_to_all_split"] = received.tolist()
     return out
 

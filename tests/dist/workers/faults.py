@@ -56,7 +56,9 @@ def main() -> None:
                 started = time.time()
                 gangs.tp.barrier()
     except gm.GangError as ex:
-        result.update(error=str(ex), cause=type(ex.__cause__).__name__, seconds=time.time() - started)
+        result.update(
+            error=str(ex), cause=type(ex.__cause__).__name__, seconds=time.time() - started
+        )
         result["errored_at"] = time.time()
         if mode == "sigkill":
             gangs.close()  # mesh groups, then the root, with a peer gone

@@ -33,7 +33,9 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         entry: dict[str, object] = {"rank": gang.rank, "size": gang.size}
         if isinstance(gang, gm.ProcessGroupGang):
             entry["members"] = gang.global_ranks
-            entry["timeout"] = (group_timeout(gang.as_process_group(), gang.device) or timedelta(0)).total_seconds()
+            entry["timeout"] = (
+                group_timeout(gang.as_process_group(), gang.device) or timedelta(0)
+            ).total_seconds()
         t = torch.tensor([float(me)])
         gang.all_reduce(t, gm.ReduceOperation.SUM)
         entry["sum_of_global_ranks"] = t.item()
@@ -46,7 +48,9 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         # Rank d of the gang gets d + 1 rows from every process, each row holding the sender.
         sends = [d + 1 for d in range(gang.size)]
         received = torch.empty(gang.size * (gang.rank + 1))
-        gang.all_to_all(received, torch.full((sum(sends),), float(me)), [gang.rank + 1] * gang.size, sends)
+        gang.all_to_all(
+            received, torch.full((sum(sends),), float(me)), [gang.rank + 1] * gang.size, sends
+        )
         out[name]["all_to_all"] = received.tolist()
     out["communicators"] = [
         {"ranks": list(info.ranks), "gangs": list(info.gangs), "created": info.created}
@@ -69,7 +73,10 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
     out["groups"] = sorted(dist.get_process_group_ranks(g) for g in distinct.values())
     out["backends"] = sorted({dist.get_backend(g) for g in distinct.values()})
     if gangs.mesh is not None:
-        out["mesh"] = {"names": list(gangs.mesh.mesh_dim_names or ()), "shape": list(gangs.mesh.shape)}
+        out["mesh"] = {
+            "names": list(gangs.mesh.mesh_dim_names or ()),
+            "shape": list(gangs.mesh.shape),
+        }
     if gangs.expert_mesh is not None:
         out["expert_mesh"] = {
             "names": list(gangs.expert_mesh.mesh_dim_names or ()),

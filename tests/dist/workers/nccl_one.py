@@ -53,7 +53,7 @@ model(batch).square().sum().backward()
 reference(batch).square().sum().backward()
 results["fsdp_grad_error"] = max(
     (p.grad.full_tensor() - r.grad).abs().max().item()  # type: ignore[union-attr]
-    for p, r in zip(model.parameters(), reference.parameters())
+    for p, r in zip(model.parameters(), reference.parameters(), strict=True)
 )
 sub = gang.create_gang([0])
 results["sub_gang"] = type(sub).__name__

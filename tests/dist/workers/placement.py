@@ -17,7 +17,7 @@ import gangmesh as gm
 from gangmesh.placement import this_site
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "docs" / "examples"))
-from toy_model import check_sharded, compare, make_model, reference_losses, train_data_parallel  # noqa: E402
+from toy_model import check_sharded, compare, make_model, reference_losses, train_data_parallel
 
 
 def disagreements(gangs: gm.Gangs) -> list[str]:

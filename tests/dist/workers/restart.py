@@ -1,7 +1,7 @@
 """A job whose rank 1 dies on the first attempt; torchrun restarts it and it must come back.
 
-    restart.py OUT [plain]           plain: the same job on raw torch.distributed, for comparison
-    restart.py OUT --die-by HOW      HOW: exit (os._exit, the default), raise or kill (SIGKILL)
+restart.py OUT [plain]           plain: the same job on raw torch.distributed, for comparison
+restart.py OUT --die-by HOW      HOW: exit (os._exit, the default), raise or kill (SIGKILL)
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ def lonely() -> None:
     try:
         gm.setup_root_gang(timeout=SHORT)
     except gm.GangError as ex:
-        write_results(1, {"kind": type(ex).__name__, "error": str(ex), "seconds": time.time() - started})
+        write_results(
+            1, {"kind": type(ex).__name__, "error": str(ex), "seconds": time.time() - started}
+        )
 
 
 def main() -> None:
