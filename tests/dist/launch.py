@@ -1,12 +1,13 @@
 """Launch real multi-process gloo jobs on 127.0.0.1 with a bounded time and no leftovers.
 
 ``torchrun`` and ``run_command`` start a command as it is (tests of torchrun, restarts,
-exit codes, the exit under torchrun, the CLI where its command line matters). The others
+exit codes under torchrun, the CLI where its command line matters). The others
 (``processes``, ``bare_processes``, ``slurm_like``, ``every_rank_results``,
 ``torchrun_like``, ``forked_module``) fork each process from one warm interpreter that has
 imported torch and gangmesh (gangmesh.testing.forkserver): new processes, each in a
 session of its own, without paying for ``import torch`` per process; with ``finalize``
-each ends as a new interpreter does (tests of the interpreter's exit).
+each ends as a new interpreter does (tests of the interpreter's exit), forked from a
+server that imported only what such a script imports.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ PRELOAD = [
     "torch._dynamo",
     "gangmesh",
 ]
+# What a new interpreter running an exit test has imported when it ends: only what the
+# script imports, so that its teardown is the one ``python script.py`` would have.
+EXIT_PRELOAD = ["torch", "gangmesh"]
 
 
 @dataclass
@@ -283,8 +287,9 @@ def forked_module(module: str, *args: str, timeout: float) -> Run:
 def _run_jobs(jobs: list[Job], timeout: float) -> Run:
     """Fork a process per job, wait for all of them (``timeout`` in all), kill their sessions
     and reap them. The return code is the one farthest from 0; the output is each log file
-    in turn (once, when jobs share one)."""
-    server = fork_server()
+    in turn (once, when jobs share one). Jobs that end as a new interpreter does come from
+    a server that imported only what such a script imports."""
+    server = fork_server(EXIT_PRELOAD if any(job.finalize for job in jobs) else PRELOAD)
     pids = [server.spawn(job) for job in jobs]
     deadline = time.monotonic() + timeout
     codes: list[int | None] = [
@@ -304,22 +309,24 @@ def _run_jobs(jobs: list[Job], timeout: float) -> Run:
     return Run(max(final, key=abs), output, pids)
 
 
-_server: ForkServer | None = None
+_servers: dict[tuple[str, ...], ForkServer] = {}
 _server_lock = threading.Lock()
 
 
-def fork_server() -> ForkServer:
-    """The fork server of this test session (started on first use, replaced if it died)."""
-    global _server
+def fork_server(preload: list[str] = PRELOAD) -> ForkServer:
+    """The fork server of this test session that imported ``preload`` (started on first
+    use, replaced if it died)."""
+    key = tuple(preload)
     with _server_lock:
-        if _server is None or not _server.alive:
-            if _server is not None:
-                _server.close()
+        server = _servers.get(key)
+        if server is None or not server.alive:
+            if server is not None:
+                server.close()
             env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
             env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-            _server = ForkServer(PRELOAD, env=env, cwd=REPO)
-            atexit.register(_server.close)
-        return _server
+            server = _servers[key] = ForkServer(preload, env=env, cwd=REPO)
+            atexit.register(server.close)
+        return server
 
 
 def sessions_alive(pids: list[int]) -> list[int]:

@@ -49,7 +49,7 @@ def test_seed_parallel_gangs_example_prints_dp_and_tp_ranks():
 
 def test_at_exit_no_gloo_thread_outlives_gangmeshs_hook(tmp_path):
     """gloo threads alive when the interpreter finalises can abort the process at exit."""
-    run = torchrun("exit_clean.py", 4, "--threads-to", str(tmp_path))
+    run = torchrun_like("exit_clean.py", 4, "--threads-to", str(tmp_path), finalize=True)
     assert run.returncode == 0, run.output
     results = run.results(tmp_path)
     assert sorted(results) == [0, 1, 2, 3]
