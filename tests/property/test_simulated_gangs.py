@@ -56,9 +56,6 @@ def assert_meshes_use_the_gangs_groups(gangs: gm.Gangs, plan: MeshTopology) -> N
     for name in DENSE_DIMS:
         if gangs[name].size > 1:
             assert gangs.mesh.get_group(name) is gangs[name].as_process_group()
-    if plan.expert_shape is None:
-        assert gangs.expert_mesh is None
-        return
     assert gangs.expert_mesh is not None and tuple(gangs.expert_mesh.shape) == plan.expert_shape
     for name in ("pp", "dp_replicate", "ep", "efsdp", "etp"):
         if gangs[name].size > 1:
