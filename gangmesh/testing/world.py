@@ -70,8 +70,9 @@ _LAUNCHER_VARIABLES = (
     WORLD_VARIABLE,
     POOL_VARIABLE,
 )
-_PRELOAD = ("numpy", "torch", "torch.distributed", "pytest")
-"""What the fork server imports before it forks ranks: what every rank would import."""
+_PRELOAD = ("numpy", "torch", "torch.distributed", "pytest", "gangmesh.testing.warm_pytest")
+"""What the fork server imports before it forks ranks: what every rank would import, and
+what a pytest session imports (:mod:`gangmesh.testing.warm_pytest`)."""
 
 
 @dataclass(frozen=True)

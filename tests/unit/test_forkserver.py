@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gangmesh.testing.forkserver import ForkServer, Job
+from gangmesh.testing.world import rank_server
 
 SCRIPT = """
 import atexit, json, os, signal, subprocess, sys, threading, time
@@ -143,6 +144,37 @@ def test_modules_run_with_m(server, tmp_path):
     assert server.wait(pid, timeout=60) == 0
     server.reap(pid)
     assert (tmp_path / "output.txt").read_text() == '{\n    "a": 1\n}\n'
+
+
+RANK_SESSION = """
+import sys
+import pytest
+
+print("hypothesis imported before the session:", "hypothesis" in sys.modules)
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-W", "error::pytest.PytestAssertRewriteWarning",
+                      sys.argv[1]]))
+"""
+
+
+def test_a_rank_session_finds_pytests_plugins_imported_as_pytest_imports_them(
+    pytestconfig, tmp_path
+):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    (tmp_path / "rank.py").write_text(RANK_SESSION)
+    output = tmp_path / "output.txt"
+    job = Job(target=str(tmp_path / "rank.py"), argv=[str(tmp_path / "test_one.py")],
+              env={"PATH": os.environ.get("PATH", "")}, cwd=str(tmp_path),
+              output=str(output))  # fmt: skip
+    with rank_server(pytestconfig) as server:
+        pid = server.spawn(job)
+        code = server.wait(pid, timeout=120)
+        server.kill_session(pid)
+        server.reap(pid)
+    text = output.read_text()
+    assert "hypothesis imported before the session: True" in text
+    # A plugin imported behind pytest's back would be a warning, an error here.
+    assert code == 0, text
+    assert "1 passed" in text
 
 
 pytestmark = pytest.mark.skipif(
