@@ -58,6 +58,28 @@ def _canonical(name: str) -> str:
     return targets[0] if len(targets) == 1 else name
 
 
+_DEFAULTS = {Dim.EP: "a FakeGang", Dim.EFSDP: "sdp", Dim.ETP: "tp", Dim.EDP: "dp"}
+"""What a Gangs built by hand takes for each expert gang it is not given."""
+
+
+def _check_expert_sizes(
+    plan: MeshTopology, gangs: Mapping[Dim, Gang], given: Mapping[str, Gang | None]
+) -> None:
+    """Check that each expert gang, given or taken by default, has the plan's size.
+
+    :raises ValueError: naming the gang, its size and the plan's.
+    """
+    for dim, default in _DEFAULTS.items():
+        size, expected = gangs[dim].size, plan.size_of(dim)
+        if size != expected:
+            got = f"one of size {size}"
+            if given[dim] is None:
+                got = f"none, and its default ({default}) has size {size}"
+            raise ValueError(
+                f"{dim}: expected a gang of size {expected}, as in the plan {plan}, got {got}"
+            )
+
+
 class Gangs(Mapping[str, Gang]):
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
@@ -78,7 +100,8 @@ class Gangs(Mapping[str, Gang]):
     ``expert_mesh`` ``meshes["expert"]`` (None where absent). Fake gangs have no
     meshes; :meth:`from_mesh` keeps the user's meshes as "dense" and "expert".
     Built directly from gangs, without the expert ones, a Gangs takes the dense
-    gangs of the same members: etp = tp, efsdp = sdp, edp = dp (ep = 1, cp = 1).
+    gangs of the same members: ep of size 1, etp = tp, efsdp = sdp, edp = dp
+    (cp = 1), each only where the plan has that size.
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`). Two Gangs are equal only if they are
     the same object.
@@ -86,7 +109,8 @@ class Gangs(Mapping[str, Gang]):
     :param mesh: the dense mesh, kept as ``meshes["dense"]``.
     :param expert_mesh: the expert mesh, kept as ``meshes["expert"]``.
     :raises ValueError: root rank 0 is not rank 0 of every gang, the gang sizes
-        do not multiply to the root size, or expert gangs are missing where cp > 1.
+        do not multiply to the root size, expert gangs are missing where cp > 1, or
+        an expert gang (given, or its dense default) is not of the plan's size.
     """
 
     __slots__ = ("__weakref__", "_closed", "_gangs", "_leases", "meshes", "plan", "timeout")
@@ -137,18 +161,19 @@ class Gangs(Mapping[str, Gang]):
                 f"there is {', '.join(map(str, off.values()))}"
             )
         cp = FakeGang(root.device) if cp is None else cp
-        ep = FakeGang(root.device) if ep is None else ep
         if (efsdp is None or edp is None) and cp.size > 1:
             raise ValueError(
                 f"efsdp, edp: expected the expert gangs when cp={cp.size} > 1 (efsdp "
                 f"spans dp_shard x cp, which no dense gang holds), got none"
             )
+        ep = FakeGang(root.device) if ep is None else ep
         efsdp = sdp if efsdp is None else efsdp
         etp = tp if etp is None else etp
         edp = dp if edp is None else edp
         by_dim = dict(zip(GANG_DIMS, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
         sizes: dict[str, Any] = {dim.value: by_dim[dim].size for dim in SIZE_NAMES}
         plan = plan or MeshTopology(root.size, **sizes)
+        _check_expert_sizes(plan, by_dim, given)
         given_meshes = {"dense": mesh, "expert": expert_mesh}
         meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
         store: dict[str, Gang] = {name: by_dim[name] for name in _STORED}

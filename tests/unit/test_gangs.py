@@ -43,6 +43,31 @@ def test_gangs_whose_sizes_do_not_make_the_root_are_rejected():
         gm.Gangs(root=fake(0, 4), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(0, 2), pp=fake())
 
 
+def test_hand_built_gangs_default_expert_gangs_only_where_the_plan_has_their_size():
+    dense = {"root": fake(0, 8), "dp": fake(0, 4), "rdp": fake(), "sdp": fake(0, 4), "pp": fake()}
+    # ep=2 over dp_shard 4: the plan's efsdp and edp have size 2, not sdp's and dp's 4.
+    efsdp = r"^efsdp: expected a gang of size 2, .* got none, and its default \(sdp\) has size 4$"
+    with pytest.raises(ValueError, match=efsdp):
+        gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2))
+    edp = r"^edp: expected a gang of size 2, .* got none, and its default \(dp\) has size 4$"
+    with pytest.raises(ValueError, match=edp):
+        gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2), efsdp=fake(0, 2))
+    # etp=1 under tp=2: ep=1 borrows tp too, so the plan's efsdp spans all 8.
+    whole = (
+        r"^efsdp: expected a gang of size 8, as in the plan MeshTopology\(8, .*etp=1\), got none"
+    )
+    with pytest.raises(ValueError, match=whole):
+        gm.Gangs(**dense, tp=fake(0, 2), etp=fake())
+    given = r"^efsdp: expected a gang of size 2, .* got one of size 4$"
+    with pytest.raises(ValueError, match=given):
+        gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2), efsdp=fake(0, 4), edp=fake(0, 2))
+    gangs = gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2), efsdp=fake(0, 2), edp=fake(0, 2))
+    assert {name: gangs[name].size for name in ("ep", "efsdp", "etp", "edp")} == {
+        name: gangs.plan.size_of(name) for name in ("ep", "efsdp", "etp", "edp")
+    }
+    assert gm.Gangs(**dense, tp=fake(0, 2)).efsdp is dense["sdp"]
+
+
 def test_current_gangs_nest_and_are_per_thread():
     outer, inner = gm.create_fake_gangs(CPU), gm.create_fake_gangs(CPU)
     assert gm.maybe_get_current_gangs() is None
@@ -175,6 +200,26 @@ def test_from_mesh_reads_an_expert_mesh_beside_a_dense_mesh_without_pp(names, sh
         gangs = gm.Gangs.from_mesh(mesh, expert_mesh=expert_mesh)
         assert gangs.plan.expert_dims == plan.expert_dims
         for name in ("ep", "efsdp", "etp", "edp", "tp", "dp"):
+            gang = gangs[name]
+            got = members(gang) if gang.size > 1 else [5]
+            assert got == list(plan.group_of(5, name)), name
+        gangs.close()
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_from_mesh_reads_an_expert_mesh_with_a_size_one_ep_dimension(etp):
+    with simulate_gangs(8, 5):
+        mesh = init_device_mesh("cpu", (4, 2), mesh_dim_names=("dp_shard", "tp"))
+        plan = gm.MeshTopology(8, dp_shard=4, tp=2, etp=etp)
+        expert_dims = {n: s for n, s in plan.expert_dims.items() if n in ("efsdp", "ep", "etp")}
+        assert expert_dims == {"efsdp": 8 // etp, "ep": 1, "etp": etp}
+        expert_mesh = init_device_mesh(
+            "cpu", tuple(expert_dims.values()), mesh_dim_names=tuple(expert_dims)
+        )
+        gangs = gm.Gangs.from_mesh(mesh, expert_mesh=expert_mesh)
+        assert gangs.plan.expert_dims == plan.expert_dims and gangs.expert_mesh is expert_mesh
+        assert gangs.ep.size == 1
+        for name in ("efsdp", "etp", "edp", "tp", "dp"):
             gang = gangs[name]
             got = members(gang) if gang.size > 1 else [5]
             assert got == list(plan.group_of(5, name)), name
