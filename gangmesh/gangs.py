@@ -21,8 +21,8 @@ from gangmesh.gang import Gang
 from gangmesh.mesh_views import Meshes
 from gangmesh.mesh_wrap import wrap_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.render import short_group
 from gangmesh.topology import MeshTopology
+from gangmesh.view import short_group
 
 _STORED = (Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.DP, Dim.TP, Dim.PP, Dim.CP, Dim.EP, Dim.EFSDP,
            Dim.ETP, Dim.EDP)  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 from gangmesh.dims import FACTS, Dim
 from gangmesh.locality import LocalityFinding, checked_dims, unchecked_dims
 from gangmesh.topology import MeshTopology
+from gangmesh.view import short_group
 
 JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
 """What ``plan_json`` can write: every group of every dimension, or sizes and counts only."""
@@ -174,10 +175,3 @@ def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
         return ""
     nodes = -(-plan.world_size // ranks_per_node)
     return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"
-
-
-def short_group(group: list[int], limit: int = 8) -> str:
-    """A group as the table writes it: ``[0,2,4]``, or ``[0,2,...,30]`` beyond ``limit``."""
-    if len(group) <= limit:
-        return "[" + ",".join(map(str, group)) + "]"
-    return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"
