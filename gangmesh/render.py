@@ -33,6 +33,14 @@ def shown_dims(plan: MeshTopology) -> tuple[Dim, ...]:
     return (*plan.order, *dense, *expert)
 
 
+def megatron_order(plan: MeshTopology) -> str | None:
+    """The plan's order as Megatron-Core writes it; None where it cannot."""
+    try:
+        return plan.megatron_order()
+    except ValueError:
+        return None
+
+
 def plan_table(
     plan: MeshTopology,
     *,
@@ -42,6 +50,9 @@ def plan_table(
 ) -> str:
     """A readable summary: sizes, group counts, the first groups, locality findings."""
     lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
+    megatron = megatron_order(plan)
+    spelled = f" (Megatron-Core: {megatron})" if megatron else ""
+    lines.append(f"order {','.join(plan.order)}, outermost first{spelled}")
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):
         count = plan.group_count(dim)
@@ -77,6 +88,7 @@ def plan_json(
     document: dict[str, Any] = {
         "world_size": plan.world_size,
         "order": list(plan.order),
+        "megatron_order": megatron_order(plan),
         "dims": plan.dims,
         "expert_dims": plan.expert_dims,
         "counts": {

@@ -248,6 +248,9 @@ class MeshTopology:
 
         >>> MeshTopology(8, tp=2).megatron_order()
         'tp-cp-ep-dp-pp'
+
+        :raises ValueError: an order Megatron-Core cannot write (dp_replicate not
+            directly outside dp_shard: its one dp stands for both).
         """
         return self.layout.megatron_order()
 
