@@ -12,6 +12,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 import gangmesh as gm
+from gangmesh.factories import create_gangs_from_layout
+from gangmesh.layout import Layout
 from gangmesh.testing import simulate_gangs
 
 CPU = torch.device("cpu")
@@ -334,6 +336,31 @@ def test_create_gangs_needs_the_whole_world_as_root():
 def test_bad_sizes_are_value_errors_before_any_group_exists(call, needle):
     with pytest.raises(ValueError, match=needle):
         call(fake(0, 8))
+
+
+def test_a_layout_is_checked_once_per_create_gangs_and_create_fsdp_gangs(monkeypatch):
+    built = []
+    init = Layout.__init__
+
+    def counted(self, **kwargs):
+        built.append(kwargs)
+        init(self, **kwargs)
+
+    monkeypatch.setattr(Layout, "__init__", counted)
+    with simulate_gangs(8, 5) as gangs:
+        built.clear()
+        parallel = gm.create_gangs(gangs.root, dp_replicate=-1, dp_shard=1, tp=2)
+        assert len(built) == 1
+        fsdp = gm.create_fsdp_gangs(parallel, intra_node_size=2)
+        # The plan's layout (sizes resolved), then its split: no layout is checked again.
+        assert [layout["dp_shard"] for layout in built[1:]] == [1, 2]
+        assert fsdp.plan.layout == Layout(dp_replicate=2, dp_shard=2, tp=2)
+        layout = Layout(tp=4)
+        built.clear()
+        again = create_gangs_from_layout(gangs.root, layout)
+        assert built == [] and again.plan == gm.MeshTopology.from_layout(8, layout)
+        for made in (parallel, fsdp, again):
+            made.close()
 
 
 def test_closed_gangs_refuse_work_with_a_gang_error():
