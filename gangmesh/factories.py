@@ -82,9 +82,9 @@ def create_gangs(
         the expert view broken, or a root gang that is not the default group's.
     :raises GangError: a process group cannot be created.
     """
+    args = locals()
     _check_root(root_gang)
-    asked = (pp, dp_replicate, dp_shard, cp, tp, ep, etp)
-    sizes: dict[str, Any] = dict(zip(SIZE_NAMES, asked, strict=True))
+    sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
     try:
         layout = Layout(**sizes, order=order)
     except ValueError as ex:

@@ -15,7 +15,17 @@ from torch.distributed.device_mesh import DeviceMesh
 from gangmesh import current, mesh_build
 from gangmesh._exit import release_at_exit
 from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
-from gangmesh.dims import ALIASES, GANG_DIMS, GANG_NAMES, ROOT, SIZE_NAMES, Dim
+from gangmesh.dims import (
+    ALIASES,
+    FACTS,
+    FLATTENED,
+    GANG_DIMS,
+    GANG_NAMES,
+    ROOT,
+    SIZE_NAMES,
+    Dim,
+    field_name,
+)
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang
 from gangmesh.mesh_views import Meshes
@@ -24,8 +34,7 @@ from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.topology import MeshTopology
 from gangmesh.view import short_group
 
-_STORED = (Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.DP, Dim.TP, Dim.PP, Dim.CP, Dim.EP, Dim.EFSDP,
-           Dim.ETP, Dim.EDP)  # fmt: skip
+_STORED = (*FLATTENED[Dim.DP], *(dim for dim in GANG_DIMS if dim not in FLATTENED[Dim.DP]))
 """The dimensions of GANG_DIMS in the order their gangs are reported, HSDP's two first."""
 
 
@@ -58,8 +67,11 @@ def _canonical(name: str) -> str:
     return targets[0] if len(targets) == 1 else name
 
 
-_DEFAULTS = {Dim.EP: "a FakeGang", Dim.EFSDP: "sdp", Dim.ETP: "tp", Dim.EDP: "dp"}
-"""What a Gangs built by hand takes for each expert gang it is not given."""
+_DEFAULTS: dict[Dim, Dim | None] = {
+    Dim.CP: None, Dim.EP: None, Dim.EFSDP: Dim.DP_SHARD, Dim.ETP: Dim.TP, Dim.EDP: Dim.DP
+}  # fmt: skip
+"""What a Gangs built by hand takes for a gang it is not given: the dense gang of the same
+members, or (None) a FakeGang of size 1."""
 
 
 def _check_expert_sizes(
@@ -71,10 +83,11 @@ def _check_expert_sizes(
     """
     for dim, default in _DEFAULTS.items():
         size, expected = gangs[dim].size, plan.size_of(dim)
-        if size != expected:
+        if FACTS[dim].expert and size != expected:
             got = f"one of size {size}"
-            if given[dim] is None:
-                got = f"none, and its default ({default}) has size {size}"
+            if given[field_name(dim)] is None:
+                taken = "a FakeGang" if default is None else field_name(default)
+                got = f"none, and its default ({taken}) has size {size}"
             raise ValueError(
                 f"{dim}: expected a gang of size {expected}, as in the plan {plan}, got {got}"
             )
@@ -153,24 +166,25 @@ class Gangs(Mapping[str, Gang]):
         timeout: timedelta | None = None,
         meshes: Mapping[str, DeviceMesh] | None = None,
     ) -> None:
-        given = dict(zip(GANG_NAMES, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        args = locals()
+        given: dict[str, Gang | None] = {name: args[name] for name in GANG_NAMES}
         off = {name: gang.rank for name, gang in given.items() if gang is not None and gang.rank}
         if root.rank == 0 and off:
             raise ValueError(
                 f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
                 f"there is {', '.join(map(str, off.values()))}"
             )
-        cp = FakeGang(root.device) if cp is None else cp
-        if (efsdp is None or edp is None) and cp.size > 1:
+        if (efsdp is None or edp is None) and cp is not None and cp.size > 1:
             raise ValueError(
                 f"efsdp, edp: expected the expert gangs when cp={cp.size} > 1 (efsdp "
                 f"spans dp_shard x cp, which no dense gang holds), got none"
             )
-        ep = FakeGang(root.device) if ep is None else ep
-        efsdp = sdp if efsdp is None else efsdp
-        etp = tp if etp is None else etp
-        edp = dp if edp is None else edp
-        by_dim = dict(zip(GANG_DIMS, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        by_dim: dict[Dim, Gang] = {}
+        for dim in GANG_DIMS:
+            gang, default = given[field_name(dim)], _DEFAULTS.get(dim)
+            if gang is None:
+                gang = FakeGang(root.device) if default is None else by_dim[default]
+            by_dim[dim] = gang
         sizes: dict[str, Any] = {dim.value: by_dim[dim].size for dim in SIZE_NAMES}
         plan = plan or MeshTopology(root.size, **sizes)
         _check_expert_sizes(plan, by_dim, given)

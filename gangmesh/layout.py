@@ -70,10 +70,8 @@ class Layout:
         etp: int = 1,
         order: OrderArg = None,
     ) -> None:
-        given: dict[Dim, object] = {
-            Dim.PP: pp, Dim.DP_REPLICATE: dp_replicate, Dim.DP_SHARD: dp_shard, Dim.CP: cp,
-            Dim.TP: tp, Dim.EP: ep, Dim.ETP: etp,
-        }  # fmt: skip
+        args = locals()
+        given: dict[Dim, object] = {name: args[name.value] for name in SIZE_NAMES}
         object.__setattr__(self, "order", parse_order(order))
         dense = _check_dense({name: given[name] for name in DENSE_DIMS})
         for name in SIZE_NAMES:
