@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
-# The public names, each where it is defined: the one list of them. Type checkers read
-# these imports; at run time nothing is imported here, and __all__ and the table that
-# loads a name on first use are read from this block when first needed (as
-# scientific-python's lazy_loader reads a stub).
+# The public names, each where it is defined. Type checkers read these imports; at run
+# time nothing is imported here, and a name loads on first use from _EXPORTS below, which
+# names the same (a unit test compares the two). The table is plain data, so the package
+# imports from a zip or without its source too.
 if TYPE_CHECKING:
     from gangmesh import testing as testing
     from gangmesh._checks import InvalidTypeError as InvalidTypeError
@@ -51,24 +50,35 @@ if TYPE_CHECKING:
     from gangmesh.topology import MeshTopology as MeshTopology
 
 
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "gangmesh": ("testing",),
+    "gangmesh._checks": ("InvalidTypeError",),
+    "gangmesh.aliases": ("setup_default_gang", "setup_hybrid_fsdp_gangs", "setup_parallel_gangs"),
+    "gangmesh.cluster": ("Cluster", "Site"),
+    "gangmesh.communicators": ("CommunicatorInfo",),
+    "gangmesh.current": ("maybe_get_current_gangs",),
+    "gangmesh.factories": (
+        "create_fake_gangs",
+        "create_fsdp_gangs",
+        "create_gangs",
+        "create_parallel_gangs",
+    ),
+    "gangmesh.fake_gang": ("FakeGang",),
+    "gangmesh.gang": ("DEFAULT_TIMEOUT", "Gang", "GangError", "ReduceOperation"),
+    "gangmesh.gangs": ("Gangs",),
+    "gangmesh.locality": ("LocalityFinding",),
+    "gangmesh.ops": ("all_gather_objects", "all_reduce_dict", "all_sum", "broadcast_flag"),
+    "gangmesh.process_group_gang": ("ProcessGroupGang",),
+    "gangmesh.record": ("read_layout_record",),
+    "gangmesh.setup": ("setup_root_gang",),
+    "gangmesh.topology": ("DENSE_DIMS", "DIM_NAMES", "EXPERT_DIMS", "MeshTopology"),
+}
+
+
 @functools.cache
 def _exports() -> dict[str, str]:
-    """Public name -> the module it is imported from, read from the block above."""
-    import ast  # only here: reading the names costs nothing until they are used
-
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    (block,) = (
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-        if node.test.id == "TYPE_CHECKING"
-    )
-    return {
-        alias.asname or alias.name: str(node.module)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
+    """Public name -> the module it is imported from."""
+    return {name: module for module, names in _EXPORTS.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:

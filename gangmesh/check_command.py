@@ -25,7 +25,7 @@ from gangmesh.check_report import (
     summarize,
 )
 from gangmesh.environment import read_launch_environment
-from gangmesh.factories import create_gangs
+from gangmesh.factories import create_gangs_from_layout
 from gangmesh.gang import Gang, GangError
 from gangmesh.launch import QUIET_SECONDS, WorkerExit, run_local_workers
 from gangmesh.layout import Layout
@@ -134,8 +134,8 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
         plan = MeshTopology.from_layout(root.size, layout)
         if args.ranks_per_node is not None:
             check_ranks_per_node(root.size, args.ranks_per_node)
-        gangs = create_gangs(
-            root, **layout.keywords(), timeout=timeout, placement=args.placement or None
+        gangs = create_gangs_from_layout(
+            root, layout, timeout=timeout, placement=args.placement or None
         )
         plan = gangs.plan
         if args.inject_rank == rank and args.inject_fault != "slow":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +19,7 @@ from gangmesh.dims import DENSE_DIMS, SIZE_NAMES
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.gangs import Gangs
+from gangmesh.layout import Layout
 from gangmesh.ops import all_gather_objects
 from gangmesh.placement import place, this_site
 from gangmesh.process_group_gang import ProcessGroupGang
@@ -81,6 +82,44 @@ def create_gangs(
         the expert view broken, or a root gang that is not the default group's.
     :raises GangError: a process group cannot be created.
     """
+    args = locals()
+    _check_root(root_gang)
+    sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
+    try:
+        layout = Layout(**sizes, order=order)
+    except ValueError as ex:
+        # Peers learn of the request that failed here instead of waiting for it.
+        others = {"timeout": timeout, "placement": _asked(placement)}
+        LayoutAgreement(root_gang, {**sizes, "order": order}, **others).leave_request()
+        raise _with_hint(ex, root_gang.size, _wanted(sizes[name] for name in DENSE_DIMS)) from None
+    return _create(root_gang, layout, timeout, placement)
+
+
+def create_gangs_from_layout(
+    root_gang: Gang,
+    layout: Layout,
+    *,
+    timeout: timedelta | None = None,
+    placement: bool | Sequence[Site] | None = None,
+) -> Gangs:
+    """Build the gangs of a checked :class:`~gangmesh.layout.Layout`.
+
+    As :func:`~gangmesh.create_gangs` builds those of its sizes and order, without
+    checking the layout again.
+
+    :param root_gang: the gang of every process, from :func:`~gangmesh.setup_root_gang`.
+    :param layout: the sizes and order asked for.
+    :param timeout: timeout of every group created; default: the root gang's.
+    :param placement: as :func:`~gangmesh.create_gangs` takes it.
+    :raises ValueError: as :func:`~gangmesh.create_gangs` does.
+    :raises GangError: a process group cannot be created.
+    """
+    _check_root(root_gang)
+    return _create(root_gang, layout, timeout, placement)
+
+
+def _check_root(root_gang: Gang) -> None:
+    """:raises ValueError: ``root_gang`` is not a Gang, or not the default group's."""
     if not isinstance(root_gang, Gang):
         raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
     if root_gang.supports_process_group and (
@@ -91,12 +130,18 @@ def create_gangs(
             f"root_gang: expected the gang of the default process group "
             f"(size {dist.get_world_size()}), got {root_gang.describe()}"
         )
-    asked = (pp, dp_replicate, dp_shard, cp, tp, ep, etp)
-    sizes: dict[str, Any] = dict(zip(SIZE_NAMES, asked, strict=True))
-    request = {**sizes, "order": order, "timeout": timeout, "placement": _asked(placement)}
-    agreeing = LayoutAgreement(root_gang, request)
+
+
+def _create(
+    root_gang: Gang,
+    layout: Layout,
+    timeout: timedelta | None,
+    placement: bool | Sequence[Site] | None,
+) -> Gangs:
+    """The gangs of ``layout`` over a checked root gang, once every process asked for it."""
+    agreeing = LayoutAgreement(root_gang, layout, timeout=timeout, placement=_asked(placement))
     try:
-        plan = _plan(root_gang.size, sizes, order)
+        plan = _plan(root_gang.size, layout)
         timeout = check_timeout(timeout)
         sites = _sites(placement, root_gang.size)
     except ValueError:
@@ -145,14 +190,18 @@ def _sites(placement: object, world_size: int) -> list[Site]:
     return list(placement)
 
 
-def _plan(world_size: int, sizes: dict[str, Any], order: Any) -> MeshTopology:
+def _plan(world_size: int, layout: Layout) -> MeshTopology:
     """The plan; in a job of one process a failure says how to start more."""
     try:
-        return MeshTopology(world_size, **sizes, order=order)
+        return MeshTopology.from_layout(world_size, layout)
     except ValueError as ex:
-        dense = (sizes[name] for name in DENSE_DIMS)
-        wanted = math.prod(size for size in dense if isinstance(size, int) and size > 1)
+        wanted = _wanted(layout.size(name) for name in DENSE_DIMS)
         raise _with_hint(ex, world_size, wanted) from None
+
+
+def _wanted(dense: Iterable[object]) -> int:
+    """The processes that the dense sizes asked for need (a -1 left out)."""
+    return math.prod(size for size in dense if isinstance(size, int) and size > 1)
 
 
 def _with_hint(error: ValueError, world_size: int, wanted: int) -> ValueError:
@@ -215,7 +264,7 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
         replicate = dp_size // shard
     layout = dataclasses.replace(gangs.plan.layout, dp_replicate=replicate, dp_shard=shard)
     sites = list(gangs.plan.sites) or None
-    return create_gangs(gangs.root, **layout.keywords(), timeout=gangs.timeout, placement=sites)
+    return create_gangs_from_layout(gangs.root, layout, timeout=gangs.timeout, placement=sites)
 
 
 def create_fake_gangs(device: torch.device) -> Gangs:

@@ -15,17 +15,26 @@ from torch.distributed.device_mesh import DeviceMesh
 from gangmesh import current, mesh_build
 from gangmesh._exit import release_at_exit
 from gangmesh.communicators import CommunicatorInfo, Lease, created_by_gangmesh
-from gangmesh.dims import ALIASES, GANG_DIMS, GANG_NAMES, ROOT, SIZE_NAMES, Dim
+from gangmesh.dims import (
+    ALIASES,
+    FACTS,
+    FLATTENED,
+    GANG_DIMS,
+    GANG_NAMES,
+    ROOT,
+    SIZE_NAMES,
+    Dim,
+    field_name,
+)
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang
 from gangmesh.mesh_views import Meshes
 from gangmesh.mesh_wrap import wrap_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.render import short_group
 from gangmesh.topology import MeshTopology
+from gangmesh.view import short_group
 
-_STORED = (Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.DP, Dim.TP, Dim.PP, Dim.CP, Dim.EP, Dim.EFSDP,
-           Dim.ETP, Dim.EDP)  # fmt: skip
+_STORED = (*FLATTENED[Dim.DP], *(dim for dim in GANG_DIMS if dim not in FLATTENED[Dim.DP]))
 """The dimensions of GANG_DIMS in the order their gangs are reported, HSDP's two first."""
 
 
@@ -58,6 +67,32 @@ def _canonical(name: str) -> str:
     return targets[0] if len(targets) == 1 else name
 
 
+_DEFAULTS: dict[Dim, Dim | None] = {
+    Dim.CP: None, Dim.EP: None, Dim.EFSDP: Dim.DP_SHARD, Dim.ETP: Dim.TP, Dim.EDP: Dim.DP
+}  # fmt: skip
+"""What a Gangs built by hand takes for a gang it is not given: the dense gang of the same
+members, or (None) a FakeGang of size 1."""
+
+
+def _check_expert_sizes(
+    plan: MeshTopology, gangs: Mapping[Dim, Gang], given: Mapping[str, Gang | None]
+) -> None:
+    """Check that each expert gang, given or taken by default, has the plan's size.
+
+    :raises ValueError: naming the gang, its size and the plan's.
+    """
+    for dim, default in _DEFAULTS.items():
+        size, expected = gangs[dim].size, plan.size_of(dim)
+        if FACTS[dim].expert and size != expected:
+            got = f"one of size {size}"
+            if given[field_name(dim)] is None:
+                taken = "a FakeGang" if default is None else field_name(default)
+                got = f"none, and its default ({taken}) has size {size}"
+            raise ValueError(
+                f"{dim}: expected a gang of size {expected}, as in the plan {plan}, got {got}"
+            )
+
+
 class Gangs(Mapping[str, Gang]):
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
@@ -78,7 +113,8 @@ class Gangs(Mapping[str, Gang]):
     ``expert_mesh`` ``meshes["expert"]`` (None where absent). Fake gangs have no
     meshes; :meth:`from_mesh` keeps the user's meshes as "dense" and "expert".
     Built directly from gangs, without the expert ones, a Gangs takes the dense
-    gangs of the same members: etp = tp, efsdp = sdp, edp = dp (ep = 1, cp = 1).
+    gangs of the same members: ep of size 1, etp = tp, efsdp = sdp, edp = dp
+    (cp = 1), each only where the plan has that size.
     Used as a context manager, a Gangs becomes the calling thread's current gangs
     (see :func:`maybe_get_current_gangs`). Two Gangs are equal only if they are
     the same object.
@@ -86,7 +122,8 @@ class Gangs(Mapping[str, Gang]):
     :param mesh: the dense mesh, kept as ``meshes["dense"]``.
     :param expert_mesh: the expert mesh, kept as ``meshes["expert"]``.
     :raises ValueError: root rank 0 is not rank 0 of every gang, the gang sizes
-        do not multiply to the root size, or expert gangs are missing where cp > 1.
+        do not multiply to the root size, expert gangs are missing where cp > 1, or
+        an expert gang (given, or its dense default) is not of the plan's size.
     """
 
     __slots__ = ("__weakref__", "_closed", "_gangs", "_leases", "meshes", "plan", "timeout")
@@ -129,26 +166,28 @@ class Gangs(Mapping[str, Gang]):
         timeout: timedelta | None = None,
         meshes: Mapping[str, DeviceMesh] | None = None,
     ) -> None:
-        given = dict(zip(GANG_NAMES, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        args = locals()
+        given: dict[str, Gang | None] = {name: args[name] for name in GANG_NAMES}
         off = {name: gang.rank for name, gang in given.items() if gang is not None and gang.rank}
         if root.rank == 0 and off:
             raise ValueError(
                 f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
                 f"there is {', '.join(map(str, off.values()))}"
             )
-        cp = FakeGang(root.device) if cp is None else cp
-        ep = FakeGang(root.device) if ep is None else ep
-        if (efsdp is None or edp is None) and cp.size > 1:
+        if (efsdp is None or edp is None) and cp is not None and cp.size > 1:
             raise ValueError(
                 f"efsdp, edp: expected the expert gangs when cp={cp.size} > 1 (efsdp "
                 f"spans dp_shard x cp, which no dense gang holds), got none"
             )
-        efsdp = sdp if efsdp is None else efsdp
-        etp = tp if etp is None else etp
-        edp = dp if edp is None else edp
-        by_dim = dict(zip(GANG_DIMS, (dp, rdp, sdp, tp, pp, cp, ep, efsdp, etp, edp), strict=True))
+        by_dim: dict[Dim, Gang] = {}
+        for dim in GANG_DIMS:
+            gang, default = given[field_name(dim)], _DEFAULTS.get(dim)
+            if gang is None:
+                gang = FakeGang(root.device) if default is None else by_dim[default]
+            by_dim[dim] = gang
         sizes: dict[str, Any] = {dim.value: by_dim[dim].size for dim in SIZE_NAMES}
         plan = plan or MeshTopology(root.size, **sizes)
+        _check_expert_sizes(plan, by_dim, given)
         given_meshes = {"dense": mesh, "expert": expert_mesh}
         meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
         store: dict[str, Gang] = {name: by_dim[name] for name in _STORED}

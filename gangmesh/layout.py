@@ -70,10 +70,8 @@ class Layout:
         etp: int = 1,
         order: OrderArg = None,
     ) -> None:
-        given: dict[Dim, object] = {
-            Dim.PP: pp, Dim.DP_REPLICATE: dp_replicate, Dim.DP_SHARD: dp_shard, Dim.CP: cp,
-            Dim.TP: tp, Dim.EP: ep, Dim.ETP: etp,
-        }  # fmt: skip
+        args = locals()
+        given: dict[Dim, object] = {name: args[name.value] for name in SIZE_NAMES}
         object.__setattr__(self, "order", parse_order(order))
         dense = _check_dense({name: given[name] for name in DENSE_DIMS})
         for name in SIZE_NAMES:
@@ -133,6 +131,9 @@ class Layout:
 
         >>> Layout(order="pp,dp_replicate,dp_shard,tp,cp").megatron_order()
         'cp-tp-ep-dp-pp'
+
+        :raises ValueError: an order Megatron-Core cannot write: its one dp stands for
+            dp_replicate directly outside dp_shard.
         """
         names: list[str] = []
         for dim in reversed(self.order):
@@ -140,7 +141,15 @@ class Layout:
             if name in names:
                 continue
             names.extend([_MEGATRON_EP, name] if name == MEGATRON_NAMES[Dim.DP_SHARD] else [name])
-        return "-".join(names)
+        spelled = "-".join(names)
+        read_back = parse_order(spelled)
+        if read_back != self.order:
+            raise ValueError(
+                f"order: {','.join(self.order)} has no Megatron-Core spelling: its one "
+                f"{MEGATRON_NAMES[Dim.DP_SHARD]} stands for {Dim.DP_REPLICATE} directly outside "
+                f"{Dim.DP_SHARD} ({spelled} reads back as {','.join(read_back)})"
+            )
+        return spelled
 
 
 def parse_order(order: OrderArg) -> tuple[Dim, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 from gangmesh.dims import FACTS, Dim
 from gangmesh.locality import LocalityFinding, checked_dims, unchecked_dims
 from gangmesh.topology import MeshTopology
+from gangmesh.view import short_group
 
 JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
 """What ``plan_json`` can write: every group of every dimension, or sizes and counts only."""
@@ -32,6 +33,14 @@ def shown_dims(plan: MeshTopology) -> tuple[Dim, ...]:
     return (*plan.order, *dense, *expert)
 
 
+def megatron_order(plan: MeshTopology) -> str | None:
+    """The plan's order as Megatron-Core writes it; None where it cannot."""
+    try:
+        return plan.megatron_order()
+    except ValueError:
+        return None
+
+
 def plan_table(
     plan: MeshTopology,
     *,
@@ -41,6 +50,9 @@ def plan_table(
 ) -> str:
     """A readable summary: sizes, group counts, the first groups, locality findings."""
     lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
+    megatron = megatron_order(plan)
+    spelled = f" (Megatron-Core: {megatron})" if megatron else ""
+    lines.append(f"order {','.join(plan.order)}, outermost first{spelled}")
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):
         count = plan.group_count(dim)
@@ -76,6 +88,7 @@ def plan_json(
     document: dict[str, Any] = {
         "world_size": plan.world_size,
         "order": list(plan.order),
+        "megatron_order": megatron_order(plan),
         "dims": plan.dims,
         "expert_dims": plan.expert_dims,
         "counts": {
@@ -174,10 +187,3 @@ def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
         return ""
     nodes = -(-plan.world_size // ranks_per_node)
     return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"
-
-
-def short_group(group: list[int], limit: int = 8) -> str:
-    """A group as the table writes it: ``[0,2,4]``, or ``[0,2,...,30]`` beyond ``limit``."""
-    if len(group) <= limit:
-        return "[" + ",".join(map(str, group)) + "]"
-    return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"

@@ -250,14 +250,16 @@ class LayoutAgreement:
     processes that never come are named when the timeout expires.
 
     :param root: the gang of every process.
-    :param request: the layout asked for, and any other keywords to agree on (the
-        timeout); a layout given as keywords is compared as its :class:`Layout` when
-        it is one (so equal layouts spelled differently agree), else as given.
+    :param layout: the layout asked for; given as keywords, it is compared as its
+        :class:`Layout` when it is one (so equal layouts spelled differently agree),
+        else as given.
+    :param others: the other keywords to agree on (the timeout, the placement).
     """
 
-    def __init__(self, root: Gang, request: Layout | Mapping[str, Any]) -> None:
+    def __init__(self, root: Gang, layout: Layout | Mapping[str, Any], **others: Any) -> None:
         self._root = root if _meets(root) else None
-        self._request = {k: _jsonable(v) for k, v in _normalized(request).items()}
+        request = {**_normalized(layout), **others}
+        self._request = {k: _jsonable(v) for k, v in request.items()}
         self._topic = next_topic("create_gangs") if self._root is not None else ""
 
     def leave_request(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -106,9 +107,9 @@ class MeshTopology:
         etp: int = 1,
         order: Sequence[str] | str | None = None,
     ) -> None:
-        world_size = check_positive("world_size", world_size)
-        self._lay_out(world_size, Layout(pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard,
-                                         cp=cp, tp=tp, ep=ep, etp=etp, order=order))  # fmt: skip
+        args = locals()
+        sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
+        self._lay_out(check_positive("world_size", world_size), Layout(**sizes, order=order))
 
     @classmethod
     def from_layout(cls, world_size: int, layout: Layout) -> MeshTopology:
@@ -248,6 +249,9 @@ class MeshTopology:
 
         >>> MeshTopology(8, tp=2).megatron_order()
         'tp-cp-ep-dp-pp'
+
+        :raises ValueError: an order Megatron-Core cannot write (dp_replicate not
+            directly outside dp_shard: its one dp stands for both).
         """
         return self.layout.megatron_order()
 

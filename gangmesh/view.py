@@ -3,8 +3,8 @@
 A view is row-major over its positions. The dense view's positions are the global ranks;
 the expert view takes the same ranks with pp and dp_replicate as in the dense view, then
 efsdp, ep and etp (see :mod:`gangmesh.expert`). Every rank computation of a plan is made
-here: groups, one rank's group and its rank in it, group ids, coordinates. This module uses
-numpy only.
+here: groups, one rank's group and its rank in it, group ids, coordinates; and the short
+way a group is written. This module uses numpy only.
 """
 
 from __future__ import annotations
@@ -255,3 +255,10 @@ def named_view(
             f"dim: expected distinct dimensions in mesh order {view.names}, got {names}"
         )
     return view, names
+
+
+def short_group(group: list[int], limit: int = 8) -> str:
+    """A group as the table writes it: ``[0,2,4]``, or ``[0,2,...,30]`` beyond ``limit``."""
+    if len(group) <= limit:
+        return "[" + ",".join(map(str, group)) + "]"
+    return "[" + ",".join(map(str, group[: limit - 1])) + f",...,{group[-1]}]"

@@ -192,13 +192,28 @@ def test_expert_tables_for_eight_processes():
 
 @given(ANY_LAYOUT)
 def test_the_megatron_spelling_of_an_order_reads_back(plan):
-    """Megatron-Core writes dp for both data dimensions, so its spelling reads back as dp_replicate
-    just outside dp_shard: the same spelling always, the same plan where the order has them so."""
+    """Megatron-Core writes dp for both data dimensions, so it spells exactly the orders with
+    dp_replicate just outside dp_shard, and each spelling reads back as the same plan."""
+    if plan.order.index("dp_shard") != plan.order.index("dp_replicate") + 1:
+        with pytest.raises(ValueError, match=r"^order: .* has no Megatron-Core spelling"):
+            plan.megatron_order()
+        return
     spelled = plan.megatron_order()
     assert Layout(order=spelled).megatron_order() == spelled
-    if plan.order.index("dp_shard") == plan.order.index("dp_replicate") + 1:
-        assert Layout(order=spelled).order == plan.order
-        assert MeshTopology(plan.world_size, **plan.sizes(), order=spelled) == plan
+    assert Layout(order=spelled).order == plan.order
+    assert MeshTopology(plan.world_size, **plan.sizes(), order=spelled) == plan
+
+
+@given(st.permutations(list(DENSE_DIMS)))
+def test_every_order_megatron_spells_reads_back_as_the_same_layout(order):
+    layout = Layout(order=order)
+    try:
+        spelled = layout.megatron_order()
+    except ValueError as error:
+        assert order.index("dp_shard") != order.index("dp_replicate") + 1
+        assert str(error).startswith(f"order: {','.join(order)} has no Megatron-Core spelling")
+        return
+    assert Layout(order=spelled) == layout
 
 
 @pytest.mark.parametrize(

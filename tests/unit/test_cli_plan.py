@@ -237,3 +237,22 @@ def test_order_also_takes_the_megatron_spelling_that_plans_print(capsys):
     assert document["groups"]["cp"] == plan.groups("cp").tolist()
     assert main([*args, "--order", "tp-cp-ep-dp"]) == 2
     assert "--order: expected Megatron-Core's spelling" in capsys.readouterr().err
+
+
+def test_plans_print_the_megatron_spelling_only_of_orders_it_has(capsys):
+    args = ["plan", "--world-size", "16", "--tp", "2", "--cp", "2"]
+    assert main([*args, "--order", "pp,dp_replicate,dp_shard,tp,cp"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "order pp,dp_replicate,dp_shard,tp,cp, outermost first (Megatron-Core: cp-tp-ep-dp-pp)"
+        in out
+    )
+    assert main([*args, "--order", "cp-tp-ep-dp-pp", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["megatron_order"] == "cp-tp-ep-dp-pp"
+    # Megatron-Core's one dp cannot stand for dp_replicate and dp_shard apart.
+    split = "pp,dp_replicate,cp,dp_shard,tp"
+    assert main([*args, "--order", split]) == 0
+    out = capsys.readouterr().out
+    assert f"order {split}, outermost first\n" in out and "Megatron-Core" not in out
+    assert main([*args, "--order", split, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["megatron_order"] is None

@@ -12,6 +12,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 import gangmesh as gm
+from gangmesh.factories import create_gangs_from_layout
+from gangmesh.layout import Layout
 from gangmesh.testing import simulate_gangs
 
 CPU = torch.device("cpu")
@@ -41,6 +43,31 @@ def test_root_rank_zero_must_be_rank_zero_everywhere_with_correct_precedence():
 def test_gangs_whose_sizes_do_not_make_the_root_are_rejected():
     with pytest.raises(ValueError, match="but world_size is 4"):
         gm.Gangs(root=fake(0, 4), dp=fake(), rdp=fake(), sdp=fake(), tp=fake(0, 2), pp=fake())
+
+
+def test_hand_built_gangs_default_expert_gangs_only_where_the_plan_has_their_size():
+    dense = {"root": fake(0, 8), "dp": fake(0, 4), "rdp": fake(), "sdp": fake(0, 4), "pp": fake()}
+    # ep=2 over dp_shard 4: the plan's efsdp and edp have size 2, not sdp's and dp's 4.
+    efsdp = r"^efsdp: expected a gang of size 2, .* got none, and its default \(sdp\) has size 4$"
+    with pytest.raises(ValueError, match=efsdp):
+        gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2))
+    edp = r"^edp: expected a gang of size 2, .* got none, and its default \(dp\) has size 4$"
+    with pytest.raises(ValueError, match=edp):
+        gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2), efsdp=fake(0, 2))
+    # etp=1 under tp=2: ep=1 borrows tp too, so the plan's efsdp spans all 8.
+    whole = (
+        r"^efsdp: expected a gang of size 8, as in the plan MeshTopology\(8, .*etp=1\), got none"
+    )
+    with pytest.raises(ValueError, match=whole):
+        gm.Gangs(**dense, tp=fake(0, 2), etp=fake())
+    given = r"^efsdp: expected a gang of size 2, .* got one of size 4$"
+    with pytest.raises(ValueError, match=given):
+        gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2), efsdp=fake(0, 4), edp=fake(0, 2))
+    gangs = gm.Gangs(**dense, tp=fake(0, 2), ep=fake(0, 2), efsdp=fake(0, 2), edp=fake(0, 2))
+    assert {name: gangs[name].size for name in ("ep", "efsdp", "etp", "edp")} == {
+        name: gangs.plan.size_of(name) for name in ("ep", "efsdp", "etp", "edp")
+    }
+    assert gm.Gangs(**dense, tp=fake(0, 2)).efsdp is dense["sdp"]
 
 
 def test_current_gangs_nest_and_are_per_thread():
@@ -181,6 +208,26 @@ def test_from_mesh_reads_an_expert_mesh_beside_a_dense_mesh_without_pp(names, sh
         gangs.close()
 
 
+@pytest.mark.parametrize("etp", [1, 2])
+def test_from_mesh_reads_an_expert_mesh_with_a_size_one_ep_dimension(etp):
+    with simulate_gangs(8, 5):
+        mesh = init_device_mesh("cpu", (4, 2), mesh_dim_names=("dp_shard", "tp"))
+        plan = gm.MeshTopology(8, dp_shard=4, tp=2, etp=etp)
+        expert_dims = {n: s for n, s in plan.expert_dims.items() if n in ("efsdp", "ep", "etp")}
+        assert expert_dims == {"efsdp": 8 // etp, "ep": 1, "etp": etp}
+        expert_mesh = init_device_mesh(
+            "cpu", tuple(expert_dims.values()), mesh_dim_names=tuple(expert_dims)
+        )
+        gangs = gm.Gangs.from_mesh(mesh, expert_mesh=expert_mesh)
+        assert gangs.plan.expert_dims == plan.expert_dims and gangs.expert_mesh is expert_mesh
+        assert gangs.ep.size == 1
+        for name in ("efsdp", "etp", "edp", "tp", "dp"):
+            gang = gangs[name]
+            got = members(gang) if gang.size > 1 else [5]
+            assert got == list(plan.group_of(5, name)), name
+        gangs.close()
+
+
 def test_from_mesh_flattens_replicate_and_shard_into_dp():
     with simulate_gangs(8, 6):
         mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp_replicate", "dp_shard"))
@@ -289,6 +336,31 @@ def test_create_gangs_needs_the_whole_world_as_root():
 def test_bad_sizes_are_value_errors_before_any_group_exists(call, needle):
     with pytest.raises(ValueError, match=needle):
         call(fake(0, 8))
+
+
+def test_a_layout_is_checked_once_per_create_gangs_and_create_fsdp_gangs(monkeypatch):
+    built = []
+    init = Layout.__init__
+
+    def counted(self, **kwargs):
+        built.append(kwargs)
+        init(self, **kwargs)
+
+    monkeypatch.setattr(Layout, "__init__", counted)
+    with simulate_gangs(8, 5) as gangs:
+        built.clear()
+        parallel = gm.create_gangs(gangs.root, dp_replicate=-1, dp_shard=1, tp=2)
+        assert len(built) == 1
+        fsdp = gm.create_fsdp_gangs(parallel, intra_node_size=2)
+        # The plan's layout (sizes resolved), then its split: no layout is checked again.
+        assert [layout["dp_shard"] for layout in built[1:]] == [1, 2]
+        assert fsdp.plan.layout == Layout(dp_replicate=2, dp_shard=2, tp=2)
+        layout = Layout(tp=4)
+        built.clear()
+        again = create_gangs_from_layout(gangs.root, layout)
+        assert built == [] and again.plan == gm.MeshTopology.from_layout(8, layout)
+        for made in (parallel, fsdp, again):
+            made.close()
 
 
 def test_closed_gangs_refuse_work_with_a_gang_error():

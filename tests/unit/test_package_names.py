@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,38 @@ def test_importing_the_package_and_reading_its_names_imports_no_torch():
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_the_names_loaded_at_run_time_are_the_names_type_checkers_read():
+    tree = ast.parse((REPO / "gangmesh" / "__init__.py").read_text(encoding="utf-8"))
+    (block,) = (
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        if node.test.id == "TYPE_CHECKING"
+    )
+    typed = {
+        alias.asname or alias.name: str(node.module)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == {name: gm._exports()[name] for name in gm.__all__}
+
+
+def test_the_package_imports_and_plans_from_a_zip(tmp_path):
+    archive = tmp_path / "gangmesh.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in sorted((REPO / "gangmesh").rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zipped.write(path, path.relative_to(REPO).as_posix())
+    script = (
+        "import gangmesh as gm; t = gm.MeshTopology(8, tp=2); "
+        "print(gm.__file__.startswith(sys.argv[1]), t.dims['tp'], len(gm.__all__) > 0)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; " + script, str(archive)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(archive)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "2", "True"]
