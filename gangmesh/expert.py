@@ -42,6 +42,32 @@ def tp_innermost(order: tuple[str, ...]) -> bool:
     return order[-1] == Dim.TP
 
 
+def order_rule_broken(order: tuple[str, ...], ep: int, etp: int) -> str | None:
+    """The expert view's order rule that ``order`` breaks at ``ep`` and ``etp``, or None.
+
+    >>> order = (Dim.PP, Dim.DP_REPLICATE, Dim.DP_SHARD, Dim.TP, Dim.CP)
+    >>> order_rule_broken(order, 1, 2) is None  # any order at ep = 1
+    True
+    >>> print(order_rule_broken(order, 2, 2).split(" (")[0])
+    with ep=2 > 1 and etp = tp = 2, tp must be the innermost dimension
+
+    :param order: dense dimension names, outermost first.
+    :param ep: expert parallel size.
+    :param etp: the experts' tensor parallel size.
+    """
+    if ep > 1 and not shared_outermost(order):
+        return (
+            f"with ep={ep} > 1, pp and dp_replicate must be the two outermost dimensions "
+            f"(dense and expert layers share pipeline stages and replicas)"
+        )
+    if ep > 1 and etp > 1 and not tp_innermost(order):
+        return (
+            f"with ep={ep} > 1 and etp = tp = {etp}, tp must be the innermost dimension "
+            f"(expert and dense layers share the tp groups)"
+        )
+    return None
+
+
 def expert_view(dense: View, ep: int, etp: int) -> View:
     """The expert view of a dense layout, checked against the rules.
 
@@ -61,17 +87,9 @@ def expert_view(dense: View, ep: int, etp: int) -> View:
             f"etp: expected 1 (experts also borrow the tp ranks) or tp={tp} (experts keep "
             f"the dense tensor parallelism), got {etp}"
         )
-    if ep > 1 and not shared_outermost(dense.names):
-        raise ValueError(
-            f"order: with ep={ep} > 1, pp and dp_replicate must be the two outermost "
-            f"dimensions (dense and expert layers share pipeline stages and replicas); "
-            f"got {','.join(dense.names)}"
-        )
-    if ep > 1 and etp > 1 and not tp_innermost(dense.names):
-        raise ValueError(
-            f"order: with etp = tp = {tp}, tp must be the innermost dimension (expert and "
-            f"dense layers share the tp groups); got {','.join(dense.names)}"
-        )
+    broken = order_rule_broken(dense.names, ep, etp)
+    if broken is not None:
+        raise ValueError(f"order: {broken}; got {','.join(dense.names)}")
     borrowed = borrowed_dims(etp)
     ranks = math.prod(dense.size(name) for name in borrowed)
     if ranks % ep:

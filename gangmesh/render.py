@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gangmesh.dims import FACTS, Dim
+from gangmesh.dims import FACTS, LOCALITY_PRIORITY, Dim
 from gangmesh.locality import LocalityFinding, checked_dims, unchecked_dims
 from gangmesh.topology import MeshTopology
 from gangmesh.view import short_group
@@ -134,7 +134,7 @@ def findings_text(
     notes = [f for f in findings if not f.avoidable]
     if plan is None or ranks_per_node is None:
         if not findings:
-            return ["locality: no checked gang (tp, cp, ep; dp_shard with replicas) crosses a node"]
+            return [f"locality: no checked gang ({_checked_anywhere()}) crosses a node"]
         return [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
     if ranks_per_node >= plan.world_size:
         held = "the only rank" if plan.world_size == 1 else f"all {plan.world_size} ranks"
@@ -155,6 +155,14 @@ def findings_text(
     if unchecked:
         lines.append(f"  - not checked: {_join(unchecked)} groups, meant to cross nodes")
     return lines
+
+
+def _checked_anywhere() -> str:
+    """The dimensions the locality check looks at, as the registry says: ``"tp, cp, ep;
+    dp_shard with replicas"``."""
+    always = [str(dim) for dim in LOCALITY_PRIORITY if FACTS[dim].node_check == "always"]
+    replicas = [str(dim) for dim in LOCALITY_PRIORITY if FACTS[dim].node_check == "with_replicas"]
+    return "; ".join([", ".join(always), *(f"{dim} with replicas" for dim in replicas)])
 
 
 def finding_label(finding: LocalityFinding) -> str:

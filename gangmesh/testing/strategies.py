@@ -20,7 +20,7 @@ from typing import Any
 
 from gangmesh._checks import check_positive
 from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, SIZE_NAMES, Dim
-from gangmesh.expert import borrowed_dims, shared_outermost, tp_innermost
+from gangmesh.expert import borrowed_dims, order_rule_broken
 from gangmesh.layout import Layout, parse_order
 from gangmesh.topology import MeshTopology
 
@@ -38,6 +38,8 @@ SIZE_CAP = 64
 """Largest size drawn for one dimension (fixed sizes may be larger)."""
 
 _ORDER = "order"
+_EP_ABOVE_ONE = 2
+"""An expert parallel size above 1, to ask whether an order admits expert parallelism."""
 """The keyword that fixes the dense order."""
 
 _FIXABLE = (*SIZE_NAMES, _ORDER)
@@ -56,9 +58,9 @@ def layouts(
 
     A dimension given in ``fixed`` (``pp=2``, ``tp=4``, ``ep=8``, ``etp=...``,
     ``order=...``) keeps that value; the others are drawn, expert parallelism
-    included. ``etp > 1`` also holds ``tp`` at that size and ``ep`` above 1 (the
-    expert view's rule). ``orders=True`` also draws the dense order. ``ranks_per_node``
-    keeps to worlds of whole nodes of that many ranks (or smaller than one node).
+    included. ``etp > 1`` also holds ``tp`` at that size (the expert view's rule).
+    ``orders=True`` also draws the dense order. ``ranks_per_node`` keeps to worlds of
+    whole nodes of that many ranks (or smaller than one node).
 
     :param min_world_size: the smallest world to draw.
     :param max_world_size: the largest world to draw.
@@ -111,14 +113,9 @@ def _check_expert_rules(sizes: dict[Dim, int], order: tuple[Dim, ...] | None) ->
     ep, etp = sizes.get(Dim.EP, 1), sizes.get(Dim.ETP, 1)
     if etp > 1 and sizes.get(Dim.TP, etp) != etp:
         raise ValueError(f"etp: expected 1 or tp={sizes[Dim.TP]}, got {etp}")
-    if order is None or ep == 1:
-        return
-    if not shared_outermost(order):
-        raise ValueError(
-            f"order: expert parallelism needs {' and '.join(SHARED_DIMS)} outermost, got {order}"
-        )
-    if etp > 1 and not tp_innermost(order):
-        raise ValueError(f"order: etp={etp} with ep={ep} needs tp innermost, got {order}")
+    broken = None if order is None else order_rule_broken(order, ep, etp)
+    if broken is not None:
+        raise ValueError(f"order: {broken}; got {','.join(order or ())}")
 
 
 def _divisors(number: int, cap: int) -> list[int]:
@@ -183,8 +180,7 @@ def _expert(
         if borrowed % ep and Dim.DP_SHARD not in fixed:
             sizes[Dim.DP_SHARD] *= ep // math.gcd(ep, borrowed)
         return ep, etp
-    row_major = order is None or (shared_outermost(order) and (etp == 1 or tp_innermost(order)))
-    if not row_major:
+    if order is not None and order_rule_broken(order, _EP_ABOVE_ONE, etp) is not None:
         return 1, etp
     return draw(st.sampled_from(_divisors(borrowed, SIZE_CAP))), etp
 

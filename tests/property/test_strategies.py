@@ -152,11 +152,14 @@ def test_ranks_per_node_still_reaches_several_nodes():
     [
         ({"max_world_size": 16, "pp": 4, "tp": 8}, "max_world_size: the fixed sizes need 32"),
         ({"world_sizes": [24], "tp": 16}, "world_sizes: none of"),
-        ({"order": ORDER, "ep": 2}, "order: expert parallelism needs pp and dp_replicate"),
+        (
+            {"order": ORDER, "ep": 2},
+            "order: with ep=2 > 1, pp and dp_replicate must be the two outermost",
+        ),
         ({"tp": 4, "etp": 2}, "etp: expected 1 or tp=4, got 2"),
         (
             {"order": "pp,dp_replicate,tp,dp_shard,cp", "ep": 2, "etp": 2},
-            "order: etp=2 with ep=2 needs tp innermost",
+            "order: with ep=2 > 1 and etp = tp = 2, tp must be the innermost",
         ),
         ({"zz": 2}, "zz: unknown dimension"),
         ({"min_world_size": 9, "max_world_size": 8}, "min_world_size: expected at most"),

@@ -231,7 +231,7 @@ def test_every_order_megatron_spells_reads_back_as_the_same_layout(order):
         ),
         (
             {"tp": 2, "ep": 2, "etp": 2, "order": "pp,dp_replicate,tp,dp_shard,cp"},
-            "order: with etp = tp = 2, tp must be the innermost dimension",
+            "order: with ep=2 > 1 and etp = tp = 2, tp must be the innermost dimension",
         ),
         ({"order": "pp,tp"}, "order: expected each of pp, dp_replicate, dp_shard, cp, tp once"),
     ],
