@@ -86,11 +86,17 @@ def _check_row_major(
 ) -> None:
     """Raise unless ``mesh`` numbers the ranks as the plan's view does (row-major)."""
     expected = plan.view(expert=expert).grid()
-    if mesh.mesh.reshape(-1).tolist() != expected.reshape(-1).tolist():
+    if mesh.mesh.reshape(-1).tolist() == expected.reshape(-1).tolist():
+        return
+    if expert:  # at ep = 1 the expert view may reorder the dense dimensions
         raise ValueError(
-            f"{argument}: expected ranks 0..{plan.world_size - 1} numbered row-major over its "
-            f"dimensions, as init_device_mesh does; got {mesh.mesh.tolist()}"
+            f"{argument}: expected the plan's expert layout of the ranks, "
+            f"{expected.tolist()}; got {mesh.mesh.tolist()}"
         )
+    raise ValueError(
+        f"{argument}: expected ranks 0..{plan.world_size - 1} numbered row-major over its "
+        f"dimensions, as init_device_mesh does; got {mesh.mesh.tolist()}"
+    )
 
 
 def _check_expert_mesh(mesh: DeviceMesh, dims: dict[str, int], plan: MeshTopology) -> None:
