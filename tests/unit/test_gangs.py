@@ -256,6 +256,16 @@ def test_from_mesh_rejects_unknown_names_unnamed_and_scrambled_meshes():
             gm.Gangs.from_mesh(scrambled)
 
 
+def test_from_mesh_refuses_an_expert_mesh_laid_out_otherwise_than_the_plan():
+    with simulate_gangs(8, 0):
+        mesh = init_device_mesh("cpu", (4, 2), mesh_dim_names=("dp_shard", "tp"))
+        scrambled = DeviceMesh(
+            "cpu", torch.tensor([[0, 2], [1, 3], [4, 6], [5, 7]]), mesh_dim_names=("efsdp", "ep")
+        )
+        with pytest.raises(ValueError, match=r"expert_mesh: expected the plan's expert layout"):
+            gm.Gangs.from_mesh(mesh, expert_mesh=scrambled)
+
+
 def test_closing_wrapped_gangs_keeps_the_users_mesh():
     with simulate_gangs(8, 3):
         mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp_shard", "tp"))
