@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -50,9 +50,10 @@ def run_local_workers(
     """Run ``main([*command, "--init-method", "file://..."])`` as ranks 0..nproc-1, where
     ``main`` is the ``gangmesh`` command's entry point and returns the exit status.
 
-    The workers are forked from one process that has imported torch and gangmesh
-    (multiprocessing's forkserver, where the system has it), so ``import torch`` is
-    paid once, not once per rank. Ranks meet through a file store in a private
+    The workers are forked from one process that has imported torch and gangmesh, so
+    ``import torch`` is paid once, not once per rank: this one, when it has imported
+    torch and runs no other thread, else multiprocessing's forkserver (where the system
+    has it). Ranks meet through a file store in a private
     temporary folder and gloo is bound to the loopback interface, so nothing listens
     beyond this machine. Rank 0 writes to this process's stdout; the others' output
     is kept for the report. Once a worker fails, a worker that is stopped (SIGSTOP, a
@@ -92,12 +93,26 @@ def run_local_workers(
         ]
 
 
-def _context() -> ForkServerContext | SpawnContext:
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+def _context() -> ForkContext | ForkServerContext | SpawnContext:
+    """Fork the workers from this process where that is safe and saves importing torch
+    again; else from a forkserver that imports it once; else spawn them."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and "torch" in sys.modules and _threads() == 1:
+        return multiprocessing.get_context("fork")
+    if "forkserver" not in methods:
         return multiprocessing.get_context("spawn")
     context: ForkServerContext = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
     return context
+
+
+def _threads() -> int | None:
+    """The threads of this process, native ones included (a BLAS pool); None where the
+    system does not say (only Linux's /proc does)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
 
 
 def _worker(

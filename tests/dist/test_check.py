@@ -36,6 +36,16 @@ def processes_mentioning(marker: str) -> list[int]:
     return found
 
 
+def test_a_launcher_with_torch_and_one_thread_forks_its_workers_itself(tmp_path):
+    from tests.dist.launch import processes
+
+    run = processes("launch_parent.py", 1, str(tmp_path), timeout=120, env_of=lambda rank: {})
+    assert run.returncode == 0, run.output
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert len(records) == 2, run.output
+    assert all(r["parent"] == r["launcher"] for r in records), records
+
+
 def test_no_arguments_checks_four_local_processes(tmp_path):
     report = tmp_path / "check.json"
     run = check("--json", str(report), "--sizes", "8,64K", "--iters", "3")
