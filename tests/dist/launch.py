@@ -53,10 +53,14 @@ PRELOAD = [
     # of CPU per rank otherwise.
     "torch._dynamo",
     "gangmesh",
+    # What a rank's first gang imports of gangmesh (the package loads its names on use).
+    "gangmesh.factories",
+    "gangmesh.setup",
 ]
-# What a new interpreter running an exit test has imported when it ends: only what the
-# script imports, so that its teardown is the one ``python script.py`` would have.
-EXIT_PRELOAD = ["torch", "gangmesh"]
+# What a new interpreter running an exit test (workers/exit_clean.py) has imported when it
+# ends: only what the script imports, so that its teardown is the one ``python script.py``
+# would have.
+EXIT_PRELOAD = ["torch", "gangmesh", "gangmesh.factories", "gangmesh.setup"]
 
 
 @dataclass

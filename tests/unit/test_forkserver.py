@@ -96,6 +96,24 @@ def test_a_job_that_asks_ends_with_the_interpreters_finalisation(server, tmp_pat
     assert output.rstrip().endswith("atexit ran\nfinalised")
 
 
+def test_what_the_server_imported_is_left_out_of_collections_until_finalisation(server, tmp_path):
+    """A forked process's collections skip the server's objects (they would copy every
+    page they visit); a job that ends as ``python script.py`` collects them again."""
+    script = tmp_path / "frozen.py"
+    script.write_text(
+        "import atexit, gc\n"
+        "print('start', gc.get_freeze_count() > 0, flush=True)\n"
+        "atexit.register(lambda: print('exit', gc.get_freeze_count() > 0, flush=True))\n"
+    )
+    for finalize, at_exit in [(False, "exit True"), (True, "exit False")]:
+        output = tmp_path / f"finalize-{finalize}.txt"
+        job = Job(str(script), [], {}, str(tmp_path), str(output), finalize=finalize)
+        pid = server.spawn(job)
+        assert server.wait(pid, timeout=60) == 0, output.read_text()
+        server.reap(pid)
+        assert output.read_text().splitlines() == ["start True", at_exit]
+
+
 def test_the_process_waits_for_its_threads_before_it_ends(server, tmp_path):
     code, output, _ = run(server, tmp_path, "thread")
     assert code == 0
