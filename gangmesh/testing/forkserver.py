@@ -198,7 +198,7 @@ def _serve(preload: Sequence[str]) -> Job | None:
     for name in preload:
         __import__(name)
     # The garbage collector of a forked process would write to every object the imports
-    # made, copying each page it shares with this one (a third of a second of CPU per
+    # made, copying each page it shares with this one (a quarter of a second of CPU per
     # process with torch imported): frozen, they are left out of its collections.
     gc.collect()
     gc.freeze()
