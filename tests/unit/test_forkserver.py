@@ -50,11 +50,13 @@ def server():
 
 
 def run(
-    server: ForkServer, tmp_path: Path, *argv: str, finalize: bool = False
+    server: ForkServer, tmp_path: Path, *argv: str, finalize: bool = False, text: str = SCRIPT
 ) -> tuple[int | None, str, int]:
+    """Run the script ``text`` in a forked process: its exit code, its output, its id."""
     script = tmp_path / "script.py"
-    script.write_text(SCRIPT)
+    script.write_text(text)
     output = tmp_path / "output.txt"
+    output.unlink(missing_ok=True)  # the process appends to it
     job = Job(target=str(script), argv=list(argv), env={"ONLY": "this"}, cwd=str(tmp_path),
               output=str(output), finalize=finalize)  # fmt: skip
     pid = server.spawn(job)
@@ -99,19 +101,15 @@ def test_a_job_that_asks_ends_with_the_interpreters_finalisation(server, tmp_pat
 def test_what_the_server_imported_is_left_out_of_collections_until_finalisation(server, tmp_path):
     """A forked process's collections skip the server's objects (they would copy every
     page they visit); a job that ends as ``python script.py`` collects them again."""
-    script = tmp_path / "frozen.py"
-    script.write_text(
+    frozen = (
         "import atexit, gc\n"
         "print('start', gc.get_freeze_count() > 0, flush=True)\n"
         "atexit.register(lambda: print('exit', gc.get_freeze_count() > 0, flush=True))\n"
     )
     for finalize, at_exit in [(False, "exit True"), (True, "exit False")]:
-        output = tmp_path / f"finalize-{finalize}.txt"
-        job = Job(str(script), [], {}, str(tmp_path), str(output), finalize=finalize)
-        pid = server.spawn(job)
-        assert server.wait(pid, timeout=60) == 0, output.read_text()
-        server.reap(pid)
-        assert output.read_text().splitlines() == ["start True", at_exit]
+        code, output, _ = run(server, tmp_path, finalize=finalize, text=frozen)
+        assert code == 0, output
+        assert output.splitlines() == ["start True", at_exit]
 
 
 def test_the_process_waits_for_its_threads_before_it_ends(server, tmp_path):
