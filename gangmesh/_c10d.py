@@ -35,7 +35,8 @@ def new_group_named(
     options: Any | None,
     description: str | None = None,
 ) -> ProcessGroup:
-    """A process group of ``ranks`` (ascending), made by its members only.
+    """A process group of ``ranks`` (ascending), made by its members only, where torch
+    does not split it off the default group (see :func:`splits_new_groups`).
 
     Every member calls it with the same ``ranks`` and ``name``; no other process
     takes part. The members must agree on the group's name: torch keys the new
@@ -80,6 +81,63 @@ def new_group_named(
     return group
 
 
+def splits_new_groups(backend: str) -> bool:
+    """Whether torch makes a new group of ``backend`` by splitting the default group's
+    communicator, a split that every process of the parent must enter.
+
+    torch splits once the default group is bound to an accelerator (``init_process_group(...,
+    device_id=...)`` on any supported torch; every NCCL job on 2.15, whose "nccl" binds one
+    itself) whose backend can split, NCCL's. A group of another backend (a gloo twin in an
+    NCCL job), and every gloo group (gloo's constructor makes a new one even where torch
+    hands it a parent to split), is made by its members alone. Public alternative: none; the
+    check is ``_get_split_source`` in distributed_c10d.py, read for every supported version,
+    and the bound device's backend is private (``ProcessGroup._get_backend``).
+    """
+    world = dist.group.WORLD
+    device = getattr(world, "bound_device_id", None)
+    if not isinstance(world, ProcessGroup) or device is None or device.type == "cpu":
+        return False
+    if dist.get_backend(world) != backend:
+        return False
+    try:
+        return bool(world._get_backend(device).supports_splitting)
+    except RuntimeError:
+        return False
+
+
+def split_group(
+    parent: ProcessGroup,
+    groups: list[list[int]],
+    name: int,
+    *,
+    timeout: timedelta | None,
+    options: Any | None,
+    description: str | None,
+) -> ProcessGroup | None:
+    """This process's group of one split of ``parent``; None where it is in none of ``groups``.
+
+    Every process of ``parent`` calls it, at the same point: torch splits the parent's
+    communicator (``ncclCommSplit``), which needs all of them; a process in none of
+    ``groups`` (ranks in ``parent``) takes part without a colour. torch 2.9.1 names a split
+    group after its job-wide counter, which a split of a gang advances on that gang's
+    processes only, so ``name`` stands in for the counter during the call and the counter is
+    put back (``_world.group_count``, private, as in :func:`new_group_named`); later torch
+    names the group by a hash and leaves the counter alone. Public API:
+    ``torch.distributed.split_group`` (experimental); torch 2.15 answers a process outside
+    ``groups`` with ``GroupMember.NON_GROUP_MEMBER`` instead of None.
+    """
+    world = dist.distributed_c10d._world
+    saved = world.group_count
+    world.group_count = name
+    try:
+        group = dist.split_group(
+            parent, groups, timeout=timeout, pg_options=options, group_desc=description
+        )
+    finally:
+        world.group_count = saved
+    return group if isinstance(group, ProcessGroup) else None
+
+
 @contextlib.contextmanager
 def _without_init_barrier() -> Iterator[None]:
     """Turn off TORCH_DIST_INIT_BARRIER for one group: its barrier waits for the whole job,
@@ -92,6 +150,13 @@ def _without_init_barrier() -> Iterator[None]:
     finally:
         if saved is not None:
             os.environ["TORCH_DIST_INIT_BARRIER"] = saved
+
+
+def split_options(backend: str, timeout: timedelta, high_priority: bool) -> Any | None:
+    """Options for a group split off a parent of ``backend``: NCCL's own, new (torch 2.9.1
+    otherwise writes the split's name and timeout into the parent's options object); None
+    for other backends, whose split copies the parent's (gloo's must name its devices)."""
+    return backend_options(backend, timeout, high_priority) if backend == "nccl" else None
 
 
 def default_store() -> Any:

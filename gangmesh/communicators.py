@@ -4,7 +4,9 @@ Gangs that need a group with the same members (in the same order), backend, time
 and stream priority share one torch process group. Each holder takes a lease; the
 group is destroyed when the last lease is released, and only if gangmesh created it.
 Groups gangmesh was lent (the default group it wraps, the groups of a user's mesh)
-are never destroyed by it.
+are never destroyed by it. New groups are made as torch requires: as one split of a
+parent that every process of the parent enters where torch splits communicators
+(:meth:`Registry.split`), else by their members alone.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import hashlib
 import logging
 import weakref
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
@@ -116,8 +119,80 @@ class Registry:
         if entry is None:
             entry = _Entry(self._create(key, label), key, created=True)
             self._entries[key] = entry
+        return self._lease(entry)
+
+    @overload
+    def split(
+        self,
+        parent: ProcessGroup,
+        groups: Sequence[Sequence[int]],
+        mine: CommunicatorKey,
+        label: str = ...,
+    ) -> Lease: ...
+
+    @overload
+    def split(
+        self,
+        parent: ProcessGroup,
+        groups: Sequence[Sequence[int]],
+        mine: None,
+        label: str = ...,
+    ) -> None: ...
+
+    def split(
+        self,
+        parent: ProcessGroup,
+        groups: Sequence[Sequence[int]],
+        mine: CommunicatorKey | None,
+        label: str = "gang",
+    ) -> Lease | None:
+        """A lease on this process's group of ``groups``, made as one split of ``parent``.
+
+        Every process of ``parent`` calls it at the same point with the same ``groups``
+        (global ranks, ascending, disjoint); ``mine`` is the key of the caller's group, None
+        for a process in none of them. Where torch splits new groups off the default
+        group's communicator (:func:`gangmesh._c10d.splits_new_groups`), every process of
+        ``parent`` enters one split, a process that holds its group already or has none
+        without a colour; elsewhere each group is made by its members alone, as
+        :meth:`acquire` makes it. The members of a group agree on whether they hold it:
+        they made it together, and release it together.
+        """
+        backend = dist.get_backend(parent) if mine is None else mine.backend
+        if not _c10d.splits_new_groups(backend):
+            return None if mine is None else self.acquire(mine, label)
+        held = None if mine is None else self._entries.get(mine)
+        parent_ranks = dist.get_process_group_ranks(parent)
+        if not groups or (held is not None and len(held.key.ranks) == len(parent_ranks)):
+            if mine is not None and held is None:
+                raise RuntimeError(f"no split of ranks {parent_ranks} makes ranks {mine.ranks}")
+            return None if held is None else self._lease(held)  # nobody splits
+        others = [list(g) for g in groups if held is None or tuple(g) != held.key.ranks]
+        if not others and held is not None:  # the one group is this one, held: no colour
+            others = [[next(r for r in parent_ranks if r not in held.key.ranks)]]
+        if parent is not dist.group.WORLD:
+            others = [[dist.get_group_rank(parent, r) for r in g] for g in others]
+        if mine is None or held is not None:
+            _c10d.split_group(parent, others, 0, timeout=None, options=None, description=None)
+            return None if held is None else self._lease(held)
+        log.debug("splitting a %s group of ranks %s", mine.backend, mine.ranks)
+        group = _c10d.split_group(
+            parent,
+            others,
+            _group_name(mine),
+            timeout=mine.timeout,
+            options=_c10d.split_options(mine.backend, mine.timeout, mine.high_priority),
+            description=_description(label, mine.ranks),
+        )
+        if group is None:
+            raise RuntimeError(f"torch made no group of ranks {mine.ranks} in a split")
+        entry = _Entry(group, mine, created=True)
+        self._entries[mine] = entry
+        return self._lease(entry)
+
+    def _lease(self, entry: _Entry) -> Lease:
+        """One more hold on ``entry``."""
         entry.holders += 1
-        return Lease(key, entry, self)
+        return Lease(entry.key, entry, self)
 
     def lend(self, group: ProcessGroup, key: CommunicatorKey) -> Lease:
         """A lease on a group gangmesh was lent; other gangs with ``key`` will share it."""
@@ -125,8 +200,7 @@ class Registry:
         if entry is None or entry.group is not group:
             entry = _Entry(group, key, created=False)
             self._entries.setdefault(key, entry)
-        entry.holders += 1
-        return Lease(key, entry, self)
+        return self._lease(entry)
 
     def created(self, group: ProcessGroup) -> bool:
         """Whether gangmesh created ``group`` (False for groups it was lent or does not know)."""
@@ -152,7 +226,7 @@ class Registry:
             backend=key.backend,
             timeout=key.timeout,
             options=_c10d.backend_options(key.backend, key.timeout, key.high_priority),
-            description=f"gangmesh:{label}:{_ranks_text(key.ranks)}",
+            description=_description(label, key.ranks),
         )
 
 
@@ -171,6 +245,11 @@ def _group_name(key: CommunicatorKey) -> int:
     text = f"{','.join(map(str, key.ranks))}|{key.backend}|{generation}"
     digest = int(hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:15], 16)
     return 2**62 + digest
+
+
+def _description(label: str, ranks: tuple[int, ...]) -> str:
+    """What torch shows for a group in its logs and flight recorder: ``gangmesh:tp:0,1``."""
+    return f"gangmesh:{label}:{_ranks_text(ranks)}"
 
 
 def _ranks_text(ranks: tuple[int, ...], limit: int = 8) -> str:
@@ -199,6 +278,28 @@ def forget_all() -> None:
 def acquire(key: CommunicatorKey, label: str = "gang") -> Lease:
     """A lease on the shared group for ``key`` (see :meth:`Registry.acquire`)."""
     return _registry().acquire(key, label)
+
+
+@overload
+def split(
+    parent: ProcessGroup, groups: Sequence[Sequence[int]], mine: CommunicatorKey, label: str = ...
+) -> Lease: ...
+
+
+@overload
+def split(
+    parent: ProcessGroup, groups: Sequence[Sequence[int]], mine: None, label: str = ...
+) -> None: ...
+
+
+def split(
+    parent: ProcessGroup,
+    groups: Sequence[Sequence[int]],
+    mine: CommunicatorKey | None,
+    label: str = "gang",
+) -> Lease | None:
+    """A lease on this process's group of one split of ``parent`` (see :meth:`Registry.split`)."""
+    return _registry().split(parent, groups, mine, label)
 
 
 def lend(group: ProcessGroup, key: CommunicatorKey) -> Lease:

@@ -6,13 +6,14 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
 from gangmesh import _c10d
-from gangmesh.communicators import CommunicatorKey, Lease, acquire, lend
+from gangmesh.communicators import CommunicatorKey, Lease, lend, split
 from gangmesh.dims import FACTS, Dim
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import Gang, GangError
@@ -114,10 +115,12 @@ def _lone_group(root: ProcessGroupGang, timeout: timedelta) -> Lease:
     group of one process, and reads the output.
     """
     group = root.as_process_group()
-    key = CommunicatorKey((dist.get_rank(),), dist.get_backend(group), timeout, root.high_priority)
+    rank, backend = dist.get_rank(), dist.get_backend(group)
+    key = CommunicatorKey((rank,), backend, timeout, root.high_priority)
     if root.size == 1 and timeout == root.timeout:
         return lend(group, key)
-    return acquire(key, "size-1")
+    alone = [[r] for r in range(root.size)] if _c10d.splits_new_groups(backend) else []
+    return split(group, alone, key, "size-1")
 
 
 def _gangs(
@@ -128,12 +131,16 @@ def _gangs(
 ) -> Built:
     """A gang per name of BUILT_NAMES: over a lent group with its members, over the root's
     group when it spans the world with the same timeout, else over a shared group created
-    with ``timeout``."""
-    backend = dist.get_backend(root.as_process_group())
+    with ``timeout``, each dimension's groups as one split of the root's group."""
+    world = root.as_process_group()
+    backend = dist.get_backend(world)
+    splitting = _c10d.splits_new_groups(backend)
     rank = root.rank
     pool = {tuple(sorted(dist.get_process_group_ranks(g))): g for g in lent.values()}
     if timeout == root.timeout:
-        pool.setdefault(tuple(range(root.size)), root.as_process_group())
+        pool.setdefault(tuple(range(root.size)), world)
+    made: set[tuple[int, bytes]] = set()
+    """The dimensions split already, each as all its groups: a later one alike splits none."""
     built = Built({})
     try:
         for name in BUILT_NAMES:
@@ -150,7 +157,13 @@ def _gangs(
                 lease = lend(group, CommunicatorKey(ranks, backend, actual, root.high_priority))
             else:
                 key = CommunicatorKey(ranks, backend, timeout, root.high_priority)
-                lease = acquire(key, name)
+                groups = _all_groups(plan, name) if splitting else None
+                split_as = None if groups is None else (groups.shape[1], groups.tobytes())
+                if split_as is None or split_as in made:
+                    lease = split(world, [], key, name)
+                else:
+                    made.add(split_as)
+                    lease = split(world, groups.tolist(), key, name)  # type: ignore[union-attr]
             built.gangs[name] = ProcessGroupGang._leased(
                 lease,
                 root.device,
@@ -163,6 +176,12 @@ def _gangs(
         release(built)
         raise GangError(f"creating the gangs of {plan} failed on rank {rank}: {ex}") from ex
     return built
+
+
+def _all_groups(plan: MeshTopology, name: str) -> np.ndarray:
+    """Every group of dimension ``name``, members ascending, ordered by their first member."""
+    groups = np.sort(plan.groups(name), axis=1)
+    return groups[np.argsort(groups[:, 0])]
 
 
 def release(built: Built) -> None:

@@ -14,7 +14,7 @@ from gangmesh import default_group
 from gangmesh._checks import check_positive
 from gangmesh._exit import release_at_exit
 from gangmesh._validate import normalized_device
-from gangmesh.communicators import CommunicatorKey, Lease, acquire
+from gangmesh.communicators import CommunicatorKey, Lease, acquire, split
 from gangmesh.dims import ROOT
 from gangmesh.environment import read_launch_environment
 from gangmesh.gang import DEFAULT_TIMEOUT, GangError
@@ -87,9 +87,10 @@ class ProcessGroupGang(GroupGang):
         RANK and WORLD_SIZE. The root gang owns
         the default group: closing it shuts torch.distributed down.
 
-        NCCL communicators are created when first used, not split from the default
-        one: gangmesh creates each group among its members only, and a split would
-        need every process of the job.
+        The default group is not bound to a device: NCCL connects each group gangmesh
+        makes at its first collective. A default group bound to one (torch 2.15's
+        "nccl" binds it itself) makes every group a split of its parent, which gangmesh
+        asks for as torch requires (docs: "How groups are made").
 
         :param device: the device of this process: ``cpu``, or ``cuda`` with an index.
         :param timeout: timeout of the group and of every group made from it (default
@@ -300,14 +301,15 @@ class ProcessGroupGang(GroupGang):
             self._monitor_group = self._monitor_lease.group
 
     def _create_gang(self, ranks: list[int]) -> ProcessGroupGang | None:
-        self.as_process_group()
-        if self._rank not in ranks:
-            return None
+        pg = self.as_process_group()
         members = [self._global_ranks[r] for r in ranks]
+        mine = self._key(members, self._backend) if self._rank in ranks else None
         try:
-            lease = acquire(self._key(members, self._backend), f"{self._name}[sub]")
+            lease = split(pg, [sorted(members)], mine, f"{self._name}[sub]")
         except (RuntimeError, ValueError) as ex:
             raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {ex}") from ex
+        if lease is None:
+            return None
         return ProcessGroupGang._leased(
             lease,
             self._device,

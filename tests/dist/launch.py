@@ -129,10 +129,12 @@ def torchrun(
     return run_command(cmd, timeout=timeout, env=env)
 
 
-def every_rank_results(script: str, world: int, out: Path, timeout: float = 180) -> dict[int, dict]:
-    """Run a worker script in ``world`` processes with torchrun's variables; the JSON results
-    of every rank, which must all exit 0."""
-    run = torchrun_like(script, world, str(out), timeout=timeout)
+def every_rank_results(
+    script: str, world: int, out: Path, *args: str, timeout: float = 180
+) -> dict[int, dict]:
+    """Run a worker script in ``world`` processes with torchrun's variables (arguments: ``out``,
+    then ``args``); the JSON results of every rank, which must all exit 0."""
+    run = torchrun_like(script, world, str(out), *args, timeout=timeout)
     assert run.returncode == 0, run.output
     found = run.results(out)
     assert sorted(found) == list(range(world)), run.output

@@ -1,9 +1,11 @@
 """Gangs on 8 real gloo processes match the plan, talk, carry the timeout, and hold exactly one
-communicator per distinct set of ranks, for dense, expert and reordered layouts."""
+communicator per distinct set of ranks, for dense, expert and reordered layouts; the same with
+the default group bound to a device, where torch makes every group as a split of its parent."""
 
 from __future__ import annotations
 
 import pytest
+import torch.distributed as dist
 
 from gangmesh.mesh_build import BUILT_NAMES
 from gangmesh.topology import MeshTopology
@@ -29,9 +31,53 @@ TIMED = set(PLANS) - {"parallel", "hsdp", "fsdp"}
 """Layouts created with a timeout of their own (77 s)."""
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return every_rank_results("mesh_gangs.py", WORLD, tmp_path_factory.mktemp("mesh"), timeout=300)
+def splits_gloo_groups() -> bool:
+    """Whether this torch splits a gloo group off an unbound parent (2.15 does)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        return isinstance(dist.split_group(dist.group.WORLD, [[0]]), dist.ProcessGroup)
+    except RuntimeError:
+        return False
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module", params=["member", "split"])
+def results(request, tmp_path_factory):
+    """Every rank's results, each group made by its members ("member"), or as torch makes
+    them where it splits the default group's communicator, for real on gloo ("split")."""
+    splits = request.param == "split"
+    if splits and not splits_gloo_groups():
+        pytest.skip("this torch does not split gloo groups (torch 2.15 does)")
+    out = tmp_path_factory.mktemp("mesh")
+    found = every_rank_results("mesh_gangs.py", WORLD, out, request.param, timeout=300)
+    for me in range(WORLD):
+        calls = found[me]["calls"]
+        assert (calls["split_group"] > 0, calls["new_group"] > 0) == (splits, not splits), calls
+    return found
+
+
+def test_groups_carry_the_gang_in_their_description(results):
+    for me in range(WORLD):
+        tp = results[me]["tp2"]["tp"]
+        if tp["desc"] is not None:  # torch 2.9.1 on: group_desc
+            assert tp["desc"] == "gangmesh:tp:" + ",".join(map(str, tp["members"]))
+
+
+def test_a_sub_gang_is_made_by_its_parent_gang_and_numbered_as_asked(results):
+    parallel = PLANS["parallel"]
+    for me in range(WORLD):
+        dp = parallel.group_of(me, "dp")
+        picked = [dp[2], dp[0]]
+        got = results[me]["sub_of_dp"]
+        if me in picked:
+            assert got == {"members": picked, "rank": picked.index(me), "sum": sum(picked)}
+        else:
+            assert got is None
+        expected = (
+            {"members": [2, 0], "rank": [2, 0].index(me), "sum": 2.0} if me in (0, 2) else None
+        )
+        assert results[me]["sub_of_root"] == expected
 
 
 @pytest.mark.parametrize("layout", sorted(PLANS))

@@ -3,13 +3,17 @@ communicators of every gang, written as JSON per rank."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from common import write_results
 
 import gangmesh as gm
+import gangmesh._c10d
 from gangmesh._c10d import group_timeout
 from gangmesh.mesh_build import BUILT_NAMES
 
@@ -33,6 +37,7 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         entry: dict[str, object] = {"rank": gang.rank, "size": gang.size}
         if isinstance(gang, gm.ProcessGroupGang):
             entry["members"] = gang.global_ranks
+            entry["desc"] = getattr(gang.as_process_group(), "group_desc", None)
             entry["timeout"] = (
                 group_timeout(gang.as_process_group(), gang.device) or timedelta(0)
             ).total_seconds()
@@ -86,10 +91,38 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
     return out
 
 
+def counted(function: Callable[..., Any], name: str, calls: dict[str, int]) -> Callable[..., Any]:
+    """``function``, counting its calls in ``calls[name]``."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return function(*args, **kwargs)
+
+    return call
+
+
+def sub_gang(gang: gm.Gang, me: int) -> dict[str, object] | None:
+    """A sub-gang of gang ranks 2 and 0 (in that order): its members and a sum over it."""
+    sub = gang.create_gang([2, 0])
+    if sub is None:
+        return None
+    t = torch.tensor([float(me)])
+    sub.all_reduce(t, gm.ReduceOperation.SUM)
+    return {"members": sub.global_ranks, "rank": sub.rank, "sum": t.item()}
+
+
 def main() -> None:
+    # "split": gangmesh makes every group as torch must where it splits the default group's
+    # communicator (NCCL bound to a device): one split of the parent per dimension, entered
+    # by every process of the parent. torch 2.15 splits gloo groups for real as well.
+    calls = {"split_group": 0, "new_group": 0}
+    for name in calls:
+        setattr(dist, name, counted(getattr(dist, name), name, calls))
+    if sys.argv[2:] == ["split"]:
+        gangmesh._c10d.splits_new_groups = lambda backend: True
     root = gm.setup_root_gang(timeout=timedelta(seconds=60))
     me = root.rank
-    results: dict[str, object] = {}
+    results: dict[str, object] = {"calls": calls}
     for label, layout in LAYOUTS.items():
         gangs = gm.create_gangs(root, timeout=TIMEOUT, **layout)  # type: ignore[arg-type]
         results[label] = describe(gangs, me)
@@ -100,6 +133,8 @@ def main() -> None:
     results["hsdp"] = describe(hsdp, me)
     fsdp = gm.create_fsdp_gangs(parallel)
     results["fsdp"] = describe(fsdp, me)
+    results["sub_of_dp"] = sub_gang(parallel.dp, me)
+    results["sub_of_root"] = sub_gang(root, me)
     write_results(me, results)
 
 

@@ -1,0 +1,220 @@
+"""Where torch splits new groups off a parent's communicator (NCCL with the default group
+bound to a device: every NCCL job on torch 2.15), every process of the parent must enter
+each split, in the same order. For every rank of simulated worlds (fake backend), these
+tests record what gangmesh asks torch for while it builds gangs, re-splits them for FSDP and
+makes sub-gangs, and check that the requests form one schedule all processes can follow:
+each split entered by every process of its parent, the members of each group made agreeing
+on it, no two parents waited on in opposite orders, and each process given its plan's group.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gangmesh as gm
+from gangmesh import _c10d
+from gangmesh.testing.strategies import layouts
+from gangmesh.topology import MeshTopology
+
+BUILT = ("pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "ep",
+         "efsdp", "etp", "edp")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Request:
+    """One process's part in a collective creation: the parent's ranks, the groups asked
+    for, and the group this process gets (None: it takes part without one). ``one_group``:
+    a new_group call, which every process of the parent makes for the same group."""
+
+    parent: tuple[int, ...]
+    groups: frozenset[tuple[int, ...]]
+    mine: tuple[int, ...] | None
+    one_group: bool = False
+
+
+@dataclass
+class Recording:
+    """Requests per global rank, in the order each process made them."""
+
+    requests: dict[int, list[Request]] = field(default_factory=lambda: defaultdict(list))
+
+    def record(self, rank: int, request: Request) -> None:
+        self.requests[rank].append(request)
+
+
+def _recording_split(recording: Recording, rank: int, new_group: Callable[..., Any]) -> Any:
+    """torch's split_group for the fake backend, which cannot split: each member gets a fake
+    group of its split's ranks; every call is recorded."""
+
+    def split_group(parent: Any, split_ranks: list[list[int]], **_: Any) -> Any:
+        parent_ranks = dist.get_process_group_ranks(parent)
+        groups = frozenset(tuple(sorted(parent_ranks[r] for r in g)) for g in split_ranks)
+        mine = next((g for g in groups if rank in g), None)
+        recording.record(rank, Request(tuple(parent_ranks), groups, mine))
+        if mine is None:
+            return None
+        return new_group(list(mine), use_local_synchronization=True)
+
+    return split_group
+
+
+def _recording_new_group(recording: Recording, rank: int, new_group: Callable[..., Any]) -> Any:
+    """torch's new_group, recorded: under a bound default group it splits off the world, so
+    every process of the world must call it for every group."""
+
+    def recorded(ranks: list[int], *args: Any, **kwargs: Any) -> Any:
+        world = tuple(range(dist.get_world_size()))
+        made = tuple(ranks)
+        recording.record(rank, Request(world, frozenset([made]), made, one_group=True))
+        return new_group(ranks, *args, **kwargs)
+
+    return recorded
+
+
+@contextmanager
+def bound_rank(
+    recording: Recording, world_size: int, rank: int, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[gm.ProcessGroupGang]:
+    """The root gang of ``rank`` in a fake world that gangmesh takes for one bound to a
+    device, torch's group creation recorded."""
+    _c10d.ensure_fake_backend()
+    root = gm.ProcessGroupGang.create_default_process_group(
+        torch.device("cpu"), backend="fake", store=dist.HashStore(), rank=rank,
+        world_size=world_size,
+    )  # fmt: skip
+    new_group = dist.new_group
+    with monkeypatch.context() as patch:
+        patch.setattr(_c10d, "splits_new_groups", lambda backend: True)
+        patch.setattr(dist, "split_group", _recording_split(recording, rank, new_group))
+        patch.setattr(dist, "new_group", _recording_new_group(recording, rank, new_group))
+        try:
+            yield root
+        finally:
+            root.close()
+
+
+def assert_one_schedule(recording: Recording, world_size: int) -> None:
+    """Every request is entered by every process of its parent, the members of each group
+    made agreeing on it; and some order of the requests lets every process make
+    its own in its own order (no two parents waited on in opposite orders)."""
+    steps: dict[tuple[tuple[int, ...], int], dict[int, Request]] = defaultdict(dict)
+    order: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for rank in range(world_size):
+        count: dict[tuple[int, ...], int] = defaultdict(int)
+        order[rank] = []
+        for request in recording.requests[rank]:
+            step = (request.parent, count[request.parent])
+            count[request.parent] += 1
+            steps[step][rank] = request
+            order[rank].append(step)
+    for (parent, index), entered in steps.items():
+        assert sorted(entered) == list(parent), (
+            f"split {index} of parent {parent} entered by {sorted(entered)} only"
+        )
+        kinds = {(r.one_group, r.groups if r.one_group else None) for r in entered.values()}
+        assert len(kinds) == 1, f"split {index} of parent {parent}: processes asked {kinds}"
+        # A process that holds its group already asks for the others only: NCCL needs each
+        # process's own group (or none), and the members of a group to agree on it.
+        for rank, request in entered.items():
+            assert request.mine is None or rank in request.mine
+            for member in request.mine or ():
+                assert entered[member].mine == request.mine, (parent, index, rank, member)
+    # A schedule exists iff the steps, ordered by each process's sequence, form no cycle.
+    after: dict[Any, set[Any]] = defaultdict(set)
+    for sequence in order.values():
+        for first, then in pairwise(sequence):
+            after[first].add(then)
+    done: set[Any] = set()
+    waiting: set[Any] = set()
+
+    def visit(step: Any) -> None:
+        assert step not in waiting, f"processes wait on split {step} in opposite orders"
+        if step in done:
+            return
+        waiting.add(step)
+        for later in after[step]:
+            visit(later)
+        waiting.discard(step)
+        done.add(step)
+
+    for step in steps:
+        visit(step)
+
+
+def assert_gangs_match(gangs: gm.Gangs, plan: MeshTopology, rank: int) -> None:
+    for name in BUILT:
+        gang = gangs[name]
+        expected = plan.group_of(rank, name)
+        got = gang.global_ranks if isinstance(gang, gm.ProcessGroupGang) else [rank]
+        assert (got, gang.size) == (expected, len(expected)), (rank, name)
+
+
+SCHEDULES = settings(max_examples=15, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+])  # fmt: skip
+
+
+@SCHEDULES
+@given(plan=layouts(max_world_size=16, orders=True), data=st.data())
+def test_gangs_refits_and_sub_gangs_split_as_every_process_of_the_parent_asks(
+    plan: MeshTopology, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+):
+    picked = data.draw(st.integers(min_value=1, max_value=max(1, plan.size_of("dp"))))
+    sub_ranks = list(range(picked))[::-1]  # out of order, as users may ask
+    recording = Recording()
+    for rank in range(plan.world_size):
+        with bound_rank(recording, plan.world_size, rank, monkeypatch) as root:
+            gangs = gm.create_gangs(root, **plan.sizes(), order=plan.order)
+            assert_gangs_match(gangs, plan, rank)
+            refit = gm.create_fsdp_gangs(gangs)  # tp, pp, cp and the experts held already
+            sub = refit.dp.create_gang(sub_ranks)
+            dp = refit.plan.group_of(rank, "dp")
+            expected = [dp[r] for r in sub_ranks] if dp.index(rank) in sub_ranks else None
+            if expected is None:
+                assert sub is None
+            else:
+                assert sub is not None and (sub.rank, sub.size) == (
+                    expected.index(rank),
+                    len(expected),
+                )
+                assert not isinstance(sub, gm.ProcessGroupGang) or sub.global_ranks == expected
+            for made in (sub, refit, gangs):
+                if made is not None:
+                    made.close()
+    assert_one_schedule(recording, plan.world_size)
+
+
+def test_members_alone_making_a_group_is_caught():
+    # What gangmesh did before: a group made by its members only, under a bound world.
+    recording = Recording()
+    for rank in (0, 1):
+        recording.record(rank, Request((0, 1, 2, 3), frozenset([(0, 1)]), (0, 1)))
+    with pytest.raises(AssertionError, match=r"entered by \[0, 1\] only"):
+        assert_one_schedule(recording, 4)
+    # Each process making its own group of a dimension with new_group: all enter, but torch
+    # needs every process to make every group.
+    recording = Recording()
+    for rank in range(4):
+        pair = (0, 1) if rank < 2 else (2, 3)
+        recording.record(rank, Request((0, 1, 2, 3), frozenset([pair]), pair, one_group=True))
+    with pytest.raises(AssertionError, match=r"split 0 of parent \(0, 1, 2, 3\): processes asked"):
+        assert_one_schedule(recording, 4)
+
+
+def test_opposite_orders_are_caught():
+    recording = Recording()
+    a, b = Request((0, 1), frozenset([(0, 1)]), (0, 1)), Request((0, 1, 2), frozenset(), None)
+    recording.requests.update({0: [a, b], 1: [b, a], 2: [b]})
+    with pytest.raises(AssertionError, match="opposite orders"):
+        assert_one_schedule(recording, 3)
