@@ -103,3 +103,42 @@ def test_backend_calls_give_what_torchs_functions_give(gloo_world, dtype):
         scattered = torch.zeros(4, dtype=dtype)
         _backend.reduce_scatter_single(gloo_world, scattered, tensor, ReduceOperation.MAX)
         assert torch.equal(scattered, tensor)
+
+
+def test_torch_splits_no_gloo_group_bound_or_not(gloo_world):
+    # gloo's constructor makes a new group even where torch hands it a parent to split.
+    assert _c10d.splits_new_groups("gloo") is False
+    dist.destroy_process_group()
+    try:
+        dist.init_process_group(
+            "gloo", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cpu", 0)
+        )
+    except ValueError:  # torch before 2.15 binds accelerators only
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    assert _c10d.splits_new_groups("gloo") is False
+
+
+def test_a_split_group_carries_its_description_and_leaves_torchs_counter_alone(gloo_world):
+    world = dist.distributed_c10d._world
+    before = world.group_count
+    try:
+        group = _c10d.split_group(
+            gloo_world, [[0]], 2**62 + 11, timeout=timedelta(seconds=7), options=None,
+            description="gangmesh:tp:0",
+        )  # fmt: skip
+    except RuntimeError as ex:  # torch before 2.15 splits only groups bound to an accelerator
+        assert "device" in str(ex)
+        return
+    assert isinstance(group, dist.ProcessGroup)
+    assert dist.get_process_group_ranks(group) == [0]
+    assert group.group_desc == "gangmesh:tp:0"
+    assert world.group_count == before
+    assert _c10d.group_timeout(group, torch.device("cpu")) == timedelta(seconds=7)
+
+
+def test_split_options_are_new_for_nccl_and_the_parents_for_others():
+    assert _c10d.split_options("gloo", timedelta(seconds=3), False) is None
+    if dist.is_nccl_available():
+        options = _c10d.split_options("nccl", timedelta(seconds=3), True)
+        assert options._timeout == timedelta(seconds=3)
+        assert options.is_high_priority_stream is True
