@@ -40,11 +40,11 @@ def new_group_named(
 
     Every member calls it with the same ``ranks`` and ``name``; no other process
     takes part. The members must agree on the group's name: torch keys the new
-    group's rendezvous in the store by it. No torch from 2.9.1 to 2.14.1 lets the
+    group's rendezvous in the store by it. No torch from 2.9.1 to 2.15.0 lets the
     caller name a group, and none names it alike on members that made different
     groups before: with ``use_local_synchronization=True`` (public) torch hashes the
     ranks salted with the number of groups the process holds (2.9.1 to 2.13) or with
-    its job-wide group counter, advanced on members only (2.14); without it, torch
+    its job-wide group counter, advanced on members only (2.14 on); without it, torch
     names the group after that counter, which every process of the job must advance
     together. So ``name`` becomes torch's counter for this one call (private:
     ``_world.group_count``) and the counter is put back after, leaving torch's own
