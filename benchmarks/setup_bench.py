@@ -3,7 +3,9 @@
     python -m benchmarks.setup_bench [--worlds 1024,4096,16384] [--real-procs 8] [--json F]
 
 Layouts: pp=2, tp=8 (tp=2 on gloo), dp_shard inferred; and the same with ep=4 (expert
-mesh too). Baseline: what a user writes without gangmesh, in the same process and run:
+mesh too). A second table counts communicators only, for a 5-D layout of 256 ranks (pp 2,
+dp_replicate 2, dp_shard 4, cp 2, tp 8), dense and with ep=8 or expert=True at ep=1.
+Baseline: what a user writes without gangmesh, in the same process and run:
 init_device_mesh of the dense shape with the flattened dp, plus, with ep, a second
 init_device_mesh of the expert shape. Simulation: torch's fake backend, the last rank of
 each world; both sides alternate, median of --repeats. Real: 8 local gloo processes under
@@ -35,6 +37,8 @@ from benchmarks.report import free_port, json_argument, median, print_table, wri
 from gangmesh._c10d import ensure_fake_backend
 
 TITLE = "Gangs setup vs bare init_device_mesh of the same meshes (+ flattened dp)"
+COUNTS_TITLE = "Communicators per process: 256 ranks, pp 2, dp_replicate 2, dp_shard 4, cp 2, tp 8"
+FIVE_D = {"pp": 2, "dp_replicate": 2, "dp_shard": 4, "cp": 2, "tp": 8}
 TIMEOUT = timedelta(minutes=5)
 
 
@@ -45,7 +49,7 @@ def bare_meshes(plan: gm.MeshTopology) -> list[DeviceMesh]:
         dense = init_device_mesh("cpu", plan.shape, mesh_dim_names=plan.order)
         dense["dp_replicate", "dp_shard"]._flatten("dp")
         meshes = [dense]
-        if plan.expert_dims is not None:
+        if plan.uses_experts:
             names = tuple(plan.expert_dims)
             meshes.append(
                 init_device_mesh("cpu", tuple(plan.expert_dims.values()), mesh_dim_names=names)
@@ -74,7 +78,7 @@ def time_pair(plan: gm.MeshTopology, root: gm.ProcessGroupGang, repeats: int) ->
         bare.append(time.perf_counter() - start)
         bare_count = bare_communicators(meshes)
         start = time.perf_counter()
-        gangs = gm.create_gangs(root, **plan.sizes(), timeout=TIMEOUT)
+        gangs = gm.create_gangs(root, **plan.layout.keywords(), timeout=TIMEOUT)
         ours.append(time.perf_counter() - start)
         ours_count = len(gangs.communicators())
         gangs.close()
@@ -82,9 +86,11 @@ def time_pair(plan: gm.MeshTopology, root: gm.ProcessGroupGang, repeats: int) ->
             "bare_groups": bare_count, "gangs_groups": ours_count}  # fmt: skip
 
 
-def simulated(world_size: int, ep: int, repeats: int) -> dict[str, Any]:
+def simulated(
+    world_size: int, ep: int, repeats: int, dims: dict[str, Any] | None = None
+) -> dict[str, Any]:
     ensure_fake_backend()
-    plan = gm.MeshTopology(world_size, pp=2, tp=8, ep=ep)
+    plan = gm.MeshTopology(world_size, **(dims or {"pp": 2, "tp": 8}), ep=ep)
     store = dist.HashStore()  # type: ignore[attr-defined]
     root = gm.ProcessGroupGang.create_default_process_group(
         torch.device("cpu"), backend="fake", store=store, rank=world_size - 1, world_size=world_size
@@ -143,7 +149,13 @@ def main() -> None:
         for ep, row in real(args.real_procs, args.repeats).items():
             rows.append({"mode": "gloo", "world_size": args.real_procs, "ep": ep, **row})
     print_table(TITLE, rows)
-    write_json(args.json, TITLE, rows)
+    counts = []
+    for ep, expert in ((1, False), (1, True), (8, False)):
+        row = simulated(256, ep, 1, {**FIVE_D, "expert": expert})
+        groups = {name: row[name] for name in ("bare_groups", "gangs_groups")}
+        counts.append({"world_size": 256, "ep": ep, "expert": expert, **groups})
+    print_table(COUNTS_TITLE, counts)
+    write_json(args.json, TITLE, rows + counts)
 
 
 if __name__ == "__main__":

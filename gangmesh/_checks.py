@@ -28,6 +28,13 @@ def check_int(name: str, value: object) -> int:
     return int(value)  # type: ignore[call-overload, no-any-return]
 
 
+def check_flag(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool; InvalidTypeError naming ``name`` otherwise."""
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
 def check_positive(name: str, value: object) -> int:
     """Return ``value`` if it is an int >= 1; ValueError/TypeError otherwise."""
     number = check_int(name, value)

@@ -99,7 +99,8 @@ def summarize(
         "gangs": {},
     }
     single: list[str] = []
-    for index, name in enumerate(CHECKED_GANGS):
+    for index, checked in enumerate(everything[0]):  # the gangs built, in CHECKED_GANGS order
+        name = checked.name
         reports = [reports[index] for reports in everything]
         size = reports[0].size
         groups = 1 if name == ROOT else plan.group_count(name)
@@ -216,7 +217,8 @@ def stragglers(
     and a JSON-ready dict."""
     lines: list[str] = []
     found: dict[str, dict[str, Any]] = {}
-    for index, name in enumerate(CHECKED_GANGS):
+    for index, checked in enumerate(everything[0]):
+        name = checked.name
         groups = {tuple(r.members): r for r in (reports[index] for reports in everything)}
         worst: dict[str, Any] | None = None
         for report in groups.values():

@@ -73,6 +73,12 @@ def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {','.join(DENSE_DIMS)}); or Megatron-Core's spelling, innermost first "
         f"with dashes, as plans print it (e.g. {Layout().megatron_order()})",
     )
+    group.add_argument(
+        "--expert",
+        action="store_true",
+        help="the expert view's gangs at ep = 1 and etp = 1 too (a mixture of experts without "
+        "expert parallelism); ep or etp above 1 asks for them anyway",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

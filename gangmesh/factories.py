@@ -40,6 +40,7 @@ def create_gangs(
     ep: int = 1,
     etp: int = 1,
     order: str | tuple[str, ...] | list[str] | None = None,
+    expert: bool = False,
     timeout: timedelta | None = None,
     placement: bool | Sequence[Site] | None = None,
 ) -> Gangs:
@@ -48,12 +49,12 @@ def create_gangs(
     The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
     outermost first unless ``order`` says otherwise; ``Gangs.meshes`` adds meshes
     with dimensions merged ("dp_shard_cp", "dp_cp", "dp"), the expert mesh ("pp",
-    "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (at
-    ep = 1 too), all over the gangs' groups. Exactly one size may be
-    -1 (inferred). With ``placement`` the mesh is laid over the ranks so that its
-    innermost dimensions stay inside a host, then an NVLink domain, then a rack,
-    whatever order the launcher numbered them in (see :mod:`gangmesh.placement`);
-    ``gangs.plan`` knows the permutation. ``timeout``
+    "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (where
+    the job uses experts: ep or etp above 1, or ``expert``), all over the gangs'
+    groups. Exactly one size may be -1 (inferred). With ``placement`` the mesh is
+    laid over the ranks so that its innermost dimensions stay inside a host, then an
+    NVLink domain, then a rack, whatever order the launcher numbered them in (see
+    :mod:`gangmesh.placement`); ``gangs.plan`` knows the permutation. ``timeout``
     (default: the root gang's) is the timeout of every group created; the root's
     ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
     members share one communicator; a dimension of size 1 has none.
@@ -71,6 +72,10 @@ def create_gangs(
     :param etp: tensor parallel size of the experts: 1 or ``tp``.
     :param order: the dense dimensions, outermost first, as a sequence or a
         comma-separated string.
+    :param expert: build the expert gangs and meshes at ep = 1 and etp = 1 too, for a
+        mixture of experts without expert parallelism (efsdp = dp_shard x cp x tp, edp).
+        Without it (and with ep = etp = 1) ``gangs.efsdp`` and ``gangs.edp`` are
+        stand-ins that raise on use (UnbuiltGang), and no expert mesh is made.
     :param timeout: timeout of every group created; default: the root gang's.
     :param placement: True: every process reports its site
         (:func:`gangmesh.placement.this_site`: ``GANGMESH_HOST`` or the hostname, and
@@ -86,11 +91,12 @@ def create_gangs(
     _check_root(root_gang)
     sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
     try:
-        layout = Layout(**sizes, order=order)
+        layout = Layout(**sizes, order=order, expert=expert)
     except ValueError as ex:
         # Peers learn of the request that failed here instead of waiting for it.
         others = {"timeout": timeout, "placement": _asked(placement)}
-        LayoutAgreement(root_gang, {**sizes, "order": order}, **others).leave_request()
+        asked = {**sizes, "order": order, "expert": expert}
+        LayoutAgreement(root_gang, asked, **others).leave_request()
         raise _with_hint(ex, root_gang.size, _wanted(sizes[name] for name in DENSE_DIMS)) from None
     return _create(root_gang, layout, timeout, placement)
 

@@ -32,6 +32,7 @@ from gangmesh.mesh_views import Meshes
 from gangmesh.mesh_wrap import wrap_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.topology import MeshTopology
+from gangmesh.unbuilt_gang import UnbuiltGang
 from gangmesh.view import short_group
 
 _STORED = (*FLATTENED[Dim.DP], *(dim for dim in GANG_DIMS if dim not in FLATTENED[Dim.DP]))
@@ -97,8 +98,10 @@ class Gangs(Mapping[str, Gang]):
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
     A Gangs is a read-only mapping from name to Gang. Iterating it (``keys``,
-    ``values``, ``items``, ``len``) gives the ten parallel gangs, in the order of
-    the attributes below, root excluded; ``gangs[name]``, ``name in gangs`` and
+    ``values``, ``items``, ``len``) gives the parallel gangs built, in the order of
+    the attributes below, root excluded (a dense job, ep = etp = 1 without
+    ``expert=True``, builds no efsdp and edp: those attributes hold stand-ins that raise
+    on use, saying how to build them); ``gangs[name]``, ``name in gangs`` and
     ``gangs.get(name)`` also take "root", each dimension's full name ("dp_shard"
     for ``sdp``) and the flattened dimensions built ("dp_shard_cp", "dp_cp").
 
@@ -108,9 +111,10 @@ class Gangs(Mapping[str, Gang]):
     dp_shard_cp, tp), for FSDP2 (``["dp_replicate", "dp_shard_cp"]``) and tensor
     parallelism (``["tp"]``) on one root; "dp_cp" ("loss": pp, dp_cp, tp), every
     data dimension for the loss; "dp" ("batch": pp, dp, cp, tp), for data loading;
-    "expert" (pp, dp_replicate, efsdp, ep, etp) and "edp" (pp, edp, ep, etp), at
-    every ep (at ep = 1 the ep dimension has size 1). ``mesh`` is ``meshes["dense"]`` and
-    ``expert_mesh`` ``meshes["expert"]`` (None where absent). Fake gangs have no
+    "expert" (pp, dp_replicate, efsdp, ep, etp) and "edp" (pp, edp, ep, etp), where the
+    job uses experts (at ep = 1 with ``expert=True``, the ep dimension of size 1).
+    ``mesh`` is ``meshes["dense"]`` and ``expert_mesh`` ``meshes["expert"]`` (None where
+    absent). Fake gangs have no
     meshes; :meth:`from_mesh` keeps the user's meshes as "dense" and "expert".
     Built directly from gangs, without the expert ones, a Gangs takes the dense
     gangs of the same members: ep of size 1, etp = tp, efsdp = sdp, edp = dp
@@ -233,10 +237,14 @@ class Gangs(Mapping[str, Gang]):
         return gang
 
     def __iter__(self) -> Iterator[str]:
-        return iter(GANG_NAMES)
+        return iter(self._built_names())
 
     def __len__(self) -> int:
-        return len(GANG_NAMES)
+        return len(self._built_names())
+
+    def _built_names(self) -> list[str]:
+        """GANG_NAMES but those of gangs not built (:class:`UnbuiltGang`)."""
+        return [n for n in GANG_NAMES if not isinstance(self._gangs[_canonical(n)], UnbuiltGang)]
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -318,6 +326,9 @@ class Gangs(Mapping[str, Gang]):
         lone = [name for name, gang in self.items() if gang.size == 1]
         if lone:
             parts.append(f"size 1: {', '.join(lone)}")
+        unbuilt = [name for name in GANG_NAMES if name not in self._built_names()]
+        if unbuilt:
+            parts.append(f"not built: {', '.join(unbuilt)}")
         return f"Gangs(rank {rank} of {self.root.size}: {'; '.join(parts)})"
 
     def __enter__(self) -> Gangs:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangmesh._checks import check_positive, is_int
+from gangmesh._checks import check_flag, check_positive, is_int
 from gangmesh.dims import DENSE_DIMS, FACTS, MEGATRON_NAMES, SIZE_NAMES, Dim
 
 OrderArg = Sequence[str] | str | None
@@ -37,6 +37,9 @@ class Layout:
     :param order: the dense dimensions, outermost first, as a sequence or a
         comma-separated string; or Megatron-Core's spelling, innermost first with
         dashes (``"tp-cp-ep-dp-pp"``, as :meth:`megatron_order` writes it).
+    :param expert: build the expert view's gangs even at ep = 1 and etp = 1 (a mixture
+        of experts without expert parallelism); ep or etp above 1 builds them anyway.
+    :raises TypeError: ``expert`` is not a bool.
     :raises ValueError: a size that is not a positive int (or -1 for a dense one), more
         than one -1, or an order that is not a permutation of the dense names.
     """
@@ -57,6 +60,9 @@ class Layout:
     """Tensor parallel size of the experts: 1 or tp."""
     order: tuple[Dim, ...]
     """The dense dimensions, outermost first."""
+    expert: bool
+    """Whether the job asked for the expert view's gangs at ep = 1 and etp = 1 too (False
+    where ep or etp is above 1: those build them anyway)."""
 
     def __init__(
         self,
@@ -69,19 +75,28 @@ class Layout:
         ep: int = 1,
         etp: int = 1,
         order: OrderArg = None,
+        expert: bool = False,
     ) -> None:
         args = locals()
         given: dict[Dim, object] = {name: args[name.value] for name in SIZE_NAMES}
         object.__setattr__(self, "order", parse_order(order))
+        asked = check_flag("expert", expert)
         dense = _check_dense({name: given[name] for name in DENSE_DIMS})
         for name in SIZE_NAMES:
             value = dense[name] if name in dense else check_positive(name, given[name])
             object.__setattr__(self, name.value, value)
+        object.__setattr__(self, "expert", asked and self.ep == 1 and self.etp == 1)
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
         order = "" if self.order == DENSE_DIMS else f", order={','.join(self.order)!r}"
-        return f"Layout({sizes}{order})"
+        expert = ", expert=True" if self.expert else ""
+        return f"Layout({sizes}{order}{expert})"
+
+    @property
+    def uses_experts(self) -> bool:
+        """Whether the job's gangs include the expert view: ep or etp above 1, or ``expert``."""
+        return self.expert or self.ep > 1 or self.etp > 1
 
     def sizes(self) -> dict[Dim, int]:
         """Every size asked for, -1 included: the five dense ones, then ep and etp."""
@@ -98,7 +113,8 @@ class Layout:
         """The keyword arguments that ask for this layout (``create_gangs(root, **...)``);
         ``order`` is None where it is the default."""
         order = None if self.order == DENSE_DIMS else ",".join(self.order)
-        return {**{name.value: size for name, size in self.sizes().items()}, "order": order}
+        sizes = {name.value: size for name, size in self.sizes().items()}
+        return {**sizes, "order": order, "expert": self.expert}
 
     def resolve(self, world_size: int) -> dict[Dim, int]:
         """The dense sizes in the default order, the -1 inferred from ``world_size``.

@@ -20,6 +20,7 @@ from gangmesh.gang import Gang, GangError
 from gangmesh.mesh_views import build_meshes
 from gangmesh.process_group_gang import ProcessGroupGang
 from gangmesh.topology import MeshTopology
+from gangmesh.unbuilt_gang import UnbuiltGang
 
 log = logging.getLogger("gangmesh")
 
@@ -43,10 +44,30 @@ def fake_gangs(root: Gang, plan: MeshTopology) -> Built:
     """FakeGangs with the ranks and sizes ``plan`` gives the root gang's rank."""
     rank = root.rank
     gangs: dict[str, Gang] = {
-        name: FakeGang(root.device, rank=plan.rank_in(rank, name), size=plan.size_of(name))
+        name: _unbuilt(root, plan, name)
+        if _unasked(plan, name)
+        else FakeGang(root.device, rank=plan.rank_in(rank, name), size=plan.size_of(name))
         for name in BUILT_NAMES
     }
     return Built(gangs)
+
+
+def _unasked(plan: MeshTopology, name: Dim) -> bool:
+    """Whether dimension ``name`` has groups of several processes that only the expert view,
+    which the job did not ask for, uses (efsdp and edp at ep = 1 and etp = 1)."""
+    return FACTS[name].expert and not plan.uses_experts and plan.size_of(name) > 1
+
+
+def _unbuilt(root: Gang, plan: MeshTopology, name: Dim) -> UnbuiltGang:
+    """The stand-in for the gang of an expert dimension the job did not ask for."""
+    return UnbuiltGang(
+        root.device,
+        name=name,
+        rank=plan.rank_in(root.rank, name),
+        size=plan.size_of(name),
+        hint="the job asked for no expert view (ep = 1, etp = 1); "
+        "create_gangs(..., expert=True) builds it",
+    )
 
 
 def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Built:
@@ -147,6 +168,9 @@ def _gangs(
             members = plan.group_of(rank, name)
             if len(members) == 1:
                 built.gangs[name] = FakeGang(root.device)
+                continue
+            if _unasked(plan, name):
+                built.gangs[name] = _unbuilt(root, plan, name)
                 continue
             # Groups number their members ascending; the gang numbers them as the plan does
             # (a flattened expert dimension at ep = 1 may not ascend under another order).

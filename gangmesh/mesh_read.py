@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
@@ -41,8 +43,11 @@ def read_meshes(
         if expert_mesh is None
         else _dims_of("expert_mesh", expert_mesh, (*SHARED_DIMS, *EXPERT_DIMS))
     )
-    sizes = {name: (dense if name in DENSE_DIMS else expert).get(name, 1) for name in SIZE_NAMES}
-    plan = MeshTopology.from_layout(mesh.size(), Layout(**sizes, order=_order(list(dense))))
+    sizes: dict[str, Any] = {
+        name: (dense if name in DENSE_DIMS else expert).get(name, 1) for name in SIZE_NAMES
+    }
+    layout = Layout(**sizes, order=_order(list(dense)), expert=expert_mesh is not None)
+    plan = MeshTopology.from_layout(mesh.size(), layout)
     _check_row_major("mesh", mesh, plan)
     groups = {
         (_DATA_AS if name == _DATA else name): mesh.get_group(name)

@@ -104,12 +104,15 @@ def mesh_dims(view: View, flattened: Dim | None) -> tuple[tuple[str, ...], tuple
 def build_meshes(
     device_type: str, plan: MeshTopology, group: Callable[[str], ProcessGroup]
 ) -> dict[str, DeviceMesh]:
-    """Every mesh of MESH_NAMES that ``plan`` has, over ``group(name)`` for each dimension.
+    """Every mesh of MESH_NAMES that ``plan`` has, over ``group(name)`` for each dimension;
+    those over the expert view only where the job uses it (:attr:`MeshTopology.uses_experts`).
 
     :raises ValueError: torch refuses a mesh (groups that do not match the plan).
     """
     meshes: dict[str, DeviceMesh] = {}
     for mesh_name, (expert, flattened) in MESH_NAMES.items():
+        if expert and not plan.uses_experts:
+            continue
         view = plan.view(expert=expert)
         names, axes = mesh_dims(view, flattened)
         ranks = torch.from_numpy(view.grid()).to(torch.int)

@@ -30,7 +30,7 @@ def layout_of(args: argparse.Namespace) -> Layout:
     :raises ValueError: a size or the order is not one a layout accepts.
     """
     sizes = {name: getattr(args, name) for name in SIZE_NAMES}
-    return Layout(**sizes, order=args.order)
+    return Layout(**sizes, order=args.order, expert=args.expert)
 
 
 def run_plan(args: argparse.Namespace) -> int:

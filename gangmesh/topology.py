@@ -89,6 +89,8 @@ class MeshTopology:
     :param ep: expert parallel size.
     :param etp: tensor parallel size of the experts: 1 or ``tp``.
     :param order: the dense dimensions, outermost first (or Megatron-Core's spelling).
+    :param expert: whether the job's gangs include the expert view at ep = 1 and etp = 1
+        (:attr:`uses_experts`); the view itself is planned either way.
     :raises ValueError: sizes that are not positive or whose product is not
         ``world_size`` (naming the dimensions, sizes and world size), or ``ep``,
         ``etp`` or ``order`` breaking a rule (naming it).
@@ -106,10 +108,12 @@ class MeshTopology:
         ep: int = 1,
         etp: int = 1,
         order: Sequence[str] | str | None = None,
+        expert: bool = False,
     ) -> None:
         args = locals()
         sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
-        self._lay_out(check_positive("world_size", world_size), Layout(**sizes, order=order))
+        layout = Layout(**sizes, order=order, expert=expert)
+        self._lay_out(check_positive("world_size", world_size), layout)
 
     @classmethod
     def from_layout(cls, world_size: int, layout: Layout) -> MeshTopology:
@@ -131,6 +135,8 @@ class MeshTopology:
         self._sites: tuple[Site, ...] = ()
         sizes = layout.resolve(self._world_size)
         self._order = layout.order
+        self._uses_experts = layout.uses_experts
+        self._expert_asked = layout.expert
         self._dense = View(self._order, tuple(sizes[name] for name in self._order))
         self._expert = expert_view(self._dense, layout.ep, layout.etp)
 
@@ -188,8 +194,9 @@ class MeshTopology:
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
         order = "" if self._order == DENSE_DIMS else f", order={','.join(self._order)!r}"
+        expert = ", expert=True" if self._expert_asked else ""
         placed = ", placed" if self._dense.placed else ""
-        return f"MeshTopology({self._world_size}, {sizes}{order}{placed})"
+        return f"MeshTopology({self._world_size}, {sizes}{order}{expert}{placed})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeshTopology):
@@ -200,8 +207,8 @@ class MeshTopology:
         return hash(self._key)
 
     @property
-    def _key(self) -> tuple[int, View, View]:
-        return self._world_size, self._dense, self._expert
+    def _key(self) -> tuple[int, View, View, bool]:
+        return self._world_size, self._dense, self._expert, self._expert_asked
 
     @property
     def world_size(self) -> int:
@@ -236,7 +243,14 @@ class MeshTopology:
     @property
     def layout(self) -> Layout:
         """The layout of this plan, every size resolved (none is -1)."""
-        return Layout(**self.sizes(), order=self._order)
+        return Layout(**self.sizes(), order=self._order, expert=self._expert_asked)
+
+    @property
+    def uses_experts(self) -> bool:
+        """Whether the job's gangs include the expert view: ep or etp above 1, or asked for
+        with ``expert=True``. Without it a dense job makes no group that only the expert
+        view needs (efsdp and edp at ep = 1)."""
+        return self._uses_experts
 
     def sizes(self) -> dict[str, int]:
         """Every size the layout was built from: the five dense ones, then ep and etp."""

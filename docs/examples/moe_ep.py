@@ -499,9 +499,11 @@ def main() -> None:
     args = parse_args()
     setup_logging()
     root = gm.setup_root_gang()
+    # expert=True: the expert gangs and meshes at ep = 1 too, where no dense gang holds efsdp.
     gangs = gm.create_gangs(
-        root, dp_replicate=args.dp_replicate, dp_shard=-1, tp=args.tp, ep=args.ep, etp=args.etp
-    )
+        root, dp_replicate=args.dp_replicate, dp_shard=-1, tp=args.tp, ep=args.ep, etp=args.etp,
+        expert=True,
+    )  # fmt: skip
     check_sizes(gangs)
     if root.rank == 0:
         log.info(

@@ -52,6 +52,7 @@ def layouts(
     world_sizes: Sequence[int] | None = None,
     ranks_per_node: int | None = None,
     orders: bool = False,
+    experts: bool = False,
     **fixed: Any,
 ) -> st.SearchStrategy[MeshTopology]:
     """Valid layouts of ``min_world_size`` to ``max_world_size`` ranks (or one of ``world_sizes``).
@@ -59,14 +60,16 @@ def layouts(
     A dimension given in ``fixed`` (``pp=2``, ``tp=4``, ``ep=8``, ``etp=...``,
     ``order=...``) keeps that value; the others are drawn, expert parallelism
     included. ``etp > 1`` also holds ``tp`` at that size (the expert view's rule).
-    ``orders=True`` also draws the dense order. ``ranks_per_node`` keeps to worlds of
-    whole nodes of that many ranks (or smaller than one node).
+    ``orders=True`` also draws the dense order; ``experts=True`` also draws layouts
+    that ask for the expert view at ep = etp = 1 (``expert=True``). ``ranks_per_node``
+    keeps to worlds of whole nodes of that many ranks (or smaller than one node).
 
     :param min_world_size: the smallest world to draw.
     :param max_world_size: the largest world to draw.
     :param world_sizes: the only worlds to draw, instead of a range.
     :param ranks_per_node: node size that every world fills whole.
     :param orders: whether to draw the dense order too.
+    :param experts: whether to draw ``expert=True`` at ep = etp = 1 too.
     :param fixed: sizes (and ``order``) that every layout has.
     :raises ValueError: an unknown fixed name, or bounds no layout can meet.
     """
@@ -104,7 +107,7 @@ def layouts(
         in_range = world in allowed if allowed is not None else low <= world <= high
         return in_range and (per_node is None or world % per_node == 0 or world < per_node)
 
-    plans = _layout(sizes, order, low, high, orders, allowed)
+    plans = _layout(sizes, order, low, high, orders, allowed, experts)
     return plans.filter(acceptable)
 
 
@@ -131,6 +134,7 @@ def _layout(
     high: int,
     orders: bool,
     allowed: list[int] | None,
+    experts: bool,
 ) -> MeshTopology:
     dense_fixed = {name: fixed[name] for name in DENSE_DIMS if name in fixed}
     free = [name for name in DENSE_DIMS if name not in dense_fixed]
@@ -157,8 +161,10 @@ def _layout(
     world = math.prod(sizes.values())
     if world > high:
         reject()
+    expert = experts and ep == etp == 1 and draw(st.booleans())
     try:
-        layout = Layout(**sizes, ep=ep, etp=etp, order=order)
+        layout = Layout(**{name.value: size for name, size in sizes.items()}, ep=ep, etp=etp,
+                        order=order, expert=expert)  # fmt: skip
         return MeshTopology.from_layout(world, layout)
     except ValueError:
         reject()

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.dist
 WORLD = 8
 PLANS = {
     "tp2": MeshTopology(WORLD, tp=2),
-    "hsdp_tp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2),
+    "hsdp_tp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2, expert=True),
     "pp2_rep2_tp2": MeshTopology(WORLD, pp=2, dp_replicate=2, tp=2),
-    "cp2_tp2": MeshTopology(WORLD, cp=2, tp=2),
+    "cp2_tp2": MeshTopology(WORLD, cp=2, tp=2, expert=True),
     "ep4": MeshTopology(WORLD, dp_shard=4, tp=2, ep=4),
     "ep2_etp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2, ep=2, etp=2),
     "ep1_etp2": MeshTopology(WORLD, dp_replicate=2, dp_shard=2, tp=2, ep=1, etp=2),
@@ -57,6 +57,19 @@ def results(request, tmp_path_factory):
     return found
 
 
+def built(plan: MeshTopology) -> list[str]:
+    """The gangs built: all but efsdp and edp in a job without experts."""
+    return [n for n in BUILT_NAMES if plan.uses_experts or n not in ("efsdp", "edp")]
+
+
+def test_a_dense_job_builds_no_expert_only_gang(results):
+    for me in range(WORLD):
+        for layout, plan in PLANS.items():
+            expected = [] if plan.uses_experts else ["efsdp", "edp"]
+            assert results[me][layout]["unbuilt"] == expected, (me, layout)
+            assert ("expert_mesh" in results[me][layout]) == plan.uses_experts, (me, layout)
+
+
 def test_groups_carry_the_gang_in_their_description(results):
     for me in range(WORLD):
         tp = results[me]["tp2"]["tp"]
@@ -84,7 +97,7 @@ def test_a_sub_gang_is_made_by_its_parent_gang_and_numbered_as_asked(results):
 def test_every_gang_matches_the_plan_and_talks(results, layout):
     plan = PLANS[layout]
     for me in range(WORLD):
-        for name in ("root", *BUILT_NAMES):
+        for name in ("root", *built(plan)):
             got = results[me][layout][name]
             members = list(range(WORLD)) if name == "root" else plan.group_of(me, name)
             assert (got["rank"], got["size"]) == (members.index(me), len(members)), (me, name)
@@ -100,12 +113,12 @@ def test_one_communicator_per_distinct_rank_set_and_one_for_size_one(results, la
     for me in range(WORLD):
         expected = [
             r
-            for r in {tuple(plan.group_of(me, name)) for name in BUILT_NAMES}
+            for r in {tuple(plan.group_of(me, name)) for name in built(plan)}
             if 1 < len(r) < WORLD
         ]
         # Gangs spanning the world share the root's group unless their timeout differs from
         # the root's (these layouts ask for 77 s; the root has 60 s): then they share one of their own.
-        spans_world = any(len(plan.group_of(me, name)) == WORLD for name in BUILT_NAMES)
+        spans_world = any(len(plan.group_of(me, name)) == WORLD for name in built(plan))
         expected += [world] * (1 + (spans_world and layout in TIMED))
         got = results[me][layout]["communicators"]
         assert sorted(tuple(c["ranks"]) for c in got) == sorted(expected)
@@ -133,13 +146,14 @@ def test_every_dimension_of_every_mesh_sums_over_its_gang(results, layout):
 def test_counts_for_the_documented_layouts(results):
     counts = {layout: len(results[0][layout]["communicators"]) for layout in PLANS}
     # root + each distinct set of ranks of size > 1 for rank 0.
-    # At ep = 1 the expert groups are real: efsdp = dp_shard x cp x tp, edp = dp_replicate x efsdp.
+    # At ep = 1 the expert groups are real where asked (expert=True): efsdp = dp_shard x cp x
+    # tp, edp = dp_replicate x efsdp; a dense job has none.
     # A whole-world gang with the layout's own timeout has a group of its own beside the root's.
-    assert counts["tp2"] == 4  # root, efsdp = edp (world), tp [0,1], dp = dp_shard [0,2,4,6]
+    assert counts["tp2"] == 3  # root, tp [0,1], dp = dp_shard [0,2,4,6]
     assert (
         counts["hsdp_tp2"] == 7
     )  # root, edp (world), tp, rdp [0,4], sdp [0,2], dp, efsdp [0,1,2,3]
-    assert counts["pp2_rep2_tp2"] == 5  # root, tp = efsdp, pp [0,4], rdp [0,2] = dp, edp [0,1,2,3]
+    assert counts["pp2_rep2_tp2"] == 4  # root, tp, pp [0,4], rdp [0,2] = dp
     assert counts["cp2_tp2"] == 6  # root, efsdp = edp (world), tp, cp [0,2], dp [0,4], dp_shard_cp
     assert counts["ep1_etp2"] == 5  # root, tp = etp, rdp, sdp = efsdp, dp = edp
 
@@ -153,8 +167,9 @@ def test_expert_layouts_share_pp_replicas_and_tp_with_the_dense_mesh(results):
         assert kept["etp"]["members"] == kept["tp"]["members"]
         tp_comm = [c for c in kept["communicators"] if c["ranks"] == kept["tp"]["members"]]
         assert len(tp_comm) == 1 and set(tp_comm[0]["gangs"]) == {"tp", "etp"}
-        assert results[me]["tp2"]["expert_mesh"] == {"names": ["pp", "dp_replicate", "efsdp", "ep", "etp"],
-                                                     "shape": [1, 1, 8, 1, 1], "shares_pp": True}  # fmt: skip
+        assert "expert_mesh" not in results[me]["tp2"]  # a dense job: no expert view
+        assert results[me]["cp2_tp2"]["expert_mesh"] == {"names": ["pp", "dp_replicate", "efsdp", "ep", "etp"],
+                                                         "shape": [1, 1, 8, 1, 1], "shares_pp": True}  # fmt: skip
         without_ep = results[me]["ep1_etp2"]
         for expert, dense in (("etp", "tp"), ("efsdp", "dp_shard"), ("edp", "dp")):
             assert without_ep[expert]["members"] == without_ep[dense]["members"], (me, expert)
@@ -190,7 +205,7 @@ def test_documented_hsdp_split_with_tensor_parallel_on_gloo(results):
 def test_the_timeout_reaches_every_group_created(results):
     for me in range(WORLD):
         for layout in ("tp2", "hsdp_tp2", "pp2_rep2_tp2", "cp2_tp2", "ep4", "ep2_etp2", "ep1_etp2"):
-            for name in BUILT_NAMES:
+            for name in built(PLANS[layout]):
                 entry = results[me][layout][name]
                 if "timeout" in entry:
                     assert entry["timeout"] == 77.0, (me, layout, name)

@@ -37,12 +37,11 @@ def test_closing_gangs_leaves_the_default_group(results):
 def test_refined_gangs_share_groups_and_outlive_the_first(results):
     for me in range(WORLD):
         got = results[me]
-        # At ep = 1 the experts' efsdp is the tp group and edp the whole world (the root's).
-        assert got["shared_with_first"] == ["dp", "edp", "efsdp", "rdp", "tp"]
+        # A dense job: no expert gangs (efsdp and edp are not built).
+        assert got["shared_with_first"] == ["dp", "rdp", "tp"]
         tp, dp = [me - me % 2, me - me % 2 + 1], [me % 2, me % 2 + 2]
         assert got["second_after_first_closed"] == {
-            "root": 6.0, "dp": sum(dp), "rdp": sum(dp), "tp": sum(tp), "efsdp": sum(tp),
-            "edp": 6.0,
+            "root": 6.0, "dp": sum(dp), "rdp": sum(dp), "tp": sum(tp),
         }  # fmt: skip
         assert got["communicators"] == [*sorted([tp, dp]), [0, 1, 2, 3]]
     assert all(results[me]["hsdp_tp_grads_match"] for me in range(WORLD))

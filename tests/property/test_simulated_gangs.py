@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from itertools import pairwise
 
+import pytest
 import torch
 import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,8 @@ from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology
 
 MAX_WORLD = int(os.environ.get("GANGMESH_SIM_MAX_WORLD", "4096"))
 BUILT = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED)
+EXPERT_ONLY = ("efsdp", "edp")
+"""The gangs of several processes that only the expert view has at ep = etp = 1."""
 SIMULATION = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -32,8 +35,25 @@ def members(gang: gm.Gang, rank: int) -> list[int]:
     return dist.get_process_group_ranks(gang.as_process_group())
 
 
+def built(gangs: gm.Gangs, plan: MeshTopology) -> list[str]:
+    """The dimensions whose gangs are built: all but the expert ones of a job without experts
+    (those stand in with the plan's rank and size, and refuse every collective)."""
+    unasked = [
+        n for n in BUILT if n in EXPERT_ONLY and not plan.uses_experts and plan.size_of(n) > 1
+    ]
+    for name in unasked:
+        assert (gangs[name].rank, gangs[name].size) == (
+            plan.rank_in(gangs.root.rank, name),
+            plan.size_of(name),
+        )
+        assert name not in list(gangs)
+        with pytest.raises(gm.GangError, match=f"gang '{name}' .*not built.*expert=True"):
+            gangs[name].all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
+    return [n for n in BUILT if n not in unasked]
+
+
 def assert_matches_plan(gangs: gm.Gangs, plan: MeshTopology, rank: int) -> None:
-    for name in BUILT:
+    for name in built(gangs, plan):
         gang = gangs[name]
         group = plan.group_of(rank, name)
         assert (gang.rank, gang.size) == (plan.rank_in(rank, name), len(group)), name
@@ -42,11 +62,12 @@ def assert_matches_plan(gangs: gm.Gangs, plan: MeshTopology, rank: int) -> None:
 
 def assert_one_communicator_per_rank_set(gangs: gm.Gangs, plan: MeshTopology, rank: int) -> None:
     report = gangs.communicators()
-    expected = {tuple(plan.group_of(rank, name)) for name in BUILT} | {
+    names = built(gangs, plan)
+    expected = {tuple(plan.group_of(rank, name)) for name in names} | {
         tuple(range(plan.world_size))
     }
     assert sorted(info.ranks for info in report) == sorted(r for r in expected if len(r) > 1)
-    groups = [gangs[name] for name in ("root", *BUILT) if gangs[name].size > 1]
+    groups = [gangs[name] for name in ("root", *names) if gangs[name].size > 1]
     assert len({id(gang.as_process_group()) for gang in groups}) == len(report)
 
 
@@ -56,6 +77,9 @@ def assert_meshes_use_the_gangs_groups(gangs: gm.Gangs, plan: MeshTopology) -> N
     for name in DENSE_DIMS:
         if gangs[name].size > 1:
             assert gangs.mesh.get_group(name) is gangs[name].as_process_group()
+    if not plan.uses_experts:
+        assert gangs.expert_mesh is None and "edp" not in gangs.meshes
+        return
     assert gangs.expert_mesh is not None and tuple(gangs.expert_mesh.shape) == plan.expert_shape
     for name in ("pp", "dp_replicate", "ep", "efsdp", "etp"):
         if gangs[name].size > 1:
@@ -64,10 +88,10 @@ def assert_meshes_use_the_gangs_groups(gangs: gm.Gangs, plan: MeshTopology) -> N
 
 
 @SIMULATION
-@given(layouts_and_ranks(max_world_size=MAX_WORLD, orders=True))
+@given(layouts_and_ranks(max_world_size=MAX_WORLD, orders=True, experts=True))
 def test_create_gangs_matches_the_plan_for_any_layout(case):
     plan, rank = case
-    with simulate_gangs(plan.world_size, rank, **plan.sizes(), order=plan.order) as gangs:
+    with simulate_gangs(plan.world_size, rank, **plan.layout.keywords()) as gangs:
         assert gangs.plan == plan
         assert_matches_plan(gangs, plan, rank)
         assert_one_communicator_per_rank_set(gangs, plan, rank)
@@ -126,13 +150,13 @@ def test_parallel_then_fsdp_gangs_give_the_documented_layout_and_share_groups(ca
         fsdp.close()
 
 
-@given(layouts_and_ranks(max_world_size=2**16, orders=True))
+@given(layouts_and_ranks(max_world_size=2**16, orders=True, experts=True))
 def test_a_fake_root_gives_the_planned_ranks_and_sizes(case):
     plan, rank = case
     root = gm.FakeGang(torch.device("cpu"), rank=rank, size=plan.world_size)
-    gangs = gm.create_gangs(root, **plan.sizes(), order=plan.order)
+    gangs = gm.create_gangs(root, **plan.layout.keywords())
     assert gangs.mesh is None and gangs.plan == plan
-    for name in BUILT:
+    for name in built(gangs, plan):
         gang = gangs[name]
         assert isinstance(gang, gm.FakeGang)
         assert (gang.rank, gang.size) == (plan.rank_in(rank, name), plan.size_of(name))

@@ -14,6 +14,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 import gangmesh as gm
 from gangmesh.factories import create_gangs_from_layout
 from gangmesh.layout import Layout
+from gangmesh.mesh_build import BUILT_NAMES
 from gangmesh.testing import simulate_gangs
 
 CPU = torch.device("cpu")
@@ -159,8 +160,10 @@ def test_repr_names_each_gang_its_rank_size_and_members():
     with simulate_gangs(8, 5, tp=2) as gangs:
         assert repr(gangs) == (
             "Gangs(rank 5 of 8: dp 2/4 [1,3,5,7]; sdp 2/4 [1,3,5,7]; tp 1/2 [4,5]; "
-            "efsdp 5/8 [0,1,2,3,4,5,6,7]; edp 5/8 [0,1,2,3,4,5,6,7]; size 1: rdp, pp, cp, ep, etp)"
+            "size 1: rdp, pp, cp, ep, etp; not built: efsdp, edp)"
         )
+    with simulate_gangs(8, 5, tp=2, expert=True) as gangs:
+        assert "efsdp 5/8 [0,1,2,3,4,5,6,7]; edp 5/8 [0,1,2,3,4,5,6,7]" in repr(gangs)
         assert repr(gangs.tp) == (
             "ProcessGroupGang(name='tp', rank=1, size=2, global_ranks=[4, 5], backend=fake)"
         )
@@ -304,16 +307,35 @@ def test_one_communicator_per_distinct_rank_set_and_none_of_size_one():
         assert [(info.ranks, info.gangs, info.created) for info in report] == [
             ((4, 5), ("tp",), True),
             ((1, 3, 5, 7), ("dp_shard", "dp", "dp_shard_cp", "dp_cp"), True),
-            ((0, 1, 2, 3, 4, 5, 6, 7), ("root", "efsdp", "edp"), False),
+            ((0, 1, 2, 3, 4, 5, 6, 7), ("root",), False),
         ]
         assert {info.timeout for info in report} == {gm.DEFAULT_TIMEOUT}
+    with simulate_gangs(8, 5, tp=2, expert=True) as gangs:
+        assert gangs.communicators()[-1].gangs == ("root", "efsdp", "edp")
+
+
+def test_a_dense_job_holds_no_group_that_only_the_expert_view_uses():
+    dense = {"pp": 2, "dp_replicate": 2, "dp_shard": 4, "cp": 2, "tp": 8}
+    with simulate_gangs(256, 0, **dense) as gangs:
+        plan = gangs.plan
+        held = {info.ranks for info in gangs.communicators()}
+        names = [n for n in BUILT_NAMES if n not in ("efsdp", "edp")]
+        dense_groups = {tuple(plan.group_of(0, name)) for name in names} | {tuple(range(256))}
+        assert held <= dense_groups and len(held) == 9  # root, 4 dimensions, 4 flattened
+        assert gangs.expert_mesh is None and "edp" not in gangs.meshes
+        assert (gangs.efsdp.size, gangs.edp.size) == (64, 128)  # the plan's, for reports
+        with pytest.raises(gm.GangError, match=r"create_gangs\(\.\.\., expert=True\)"):
+            gangs.efsdp.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)
+    with simulate_gangs(256, 0, **dense, expert=True) as gangs:
+        sizes = sorted(len(info.ranks) for info in gangs.communicators())
+        assert 64 in sizes and 128 in sizes and len(sizes) == 11
 
 
 def test_a_dimension_spanning_the_world_shares_the_root_group():
     with simulate_gangs(8, 2) as gangs:
         assert gangs.dp.as_process_group() is gangs.root.as_process_group()
         assert [info.gangs for info in gangs.communicators()] == [
-            ("root", "dp_shard", "dp", "efsdp", "edp", "dp_shard_cp", "dp_cp")
+            ("root", "dp_shard", "dp", "dp_shard_cp", "dp_cp")
         ]
 
 
@@ -409,13 +431,19 @@ MESH_DIMS = {
     [
         {"pp": 2, "dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 2, "ep": 4},
         {"dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 4, "ep": 2, "etp": 4},
-        {"dp_shard": 4, "cp": 2, "tp": 4, "order": "tp,pp,dp_replicate,cp,dp_shard"},
+        {
+            "dp_shard": 4,
+            "cp": 2,
+            "tp": 4,
+            "order": "tp,pp,dp_replicate,cp,dp_shard",
+            "expert": True,
+        },
     ],
 )
 def test_each_mesh_lays_out_the_plan_over_the_gangs_own_groups(dims):
     with simulate_gangs(32, 13, **dims) as gangs:
         plan = gangs.plan
-        assert list(gangs.meshes) == list(MESH_DIMS)  # the expert ones at ep = 1 too
+        assert list(gangs.meshes) == list(MESH_DIMS)  # the expert ones at ep = 1 too, if asked
         for name, mesh in gangs.meshes.items():
             names = mesh.mesh_dim_names or ()
             wanted = MESH_DIMS[name]

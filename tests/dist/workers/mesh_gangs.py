@@ -20,9 +20,9 @@ from gangmesh.mesh_build import BUILT_NAMES
 TIMEOUT = timedelta(seconds=77)
 LAYOUTS: dict[str, dict[str, object]] = {
     "tp2": {"tp": 2},
-    "hsdp_tp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2},
+    "hsdp_tp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "expert": True},
     "pp2_rep2_tp2": {"pp": 2, "dp_replicate": 2, "tp": 2},
-    "cp2_tp2": {"cp": 2, "tp": 2},
+    "cp2_tp2": {"cp": 2, "tp": 2, "expert": True},
     "ep4": {"dp_shard": 4, "tp": 2, "ep": 4},
     "ep2_etp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "ep": 2, "etp": 2},
     "ep1_etp2": {"dp_replicate": 2, "dp_shard": 2, "tp": 2, "ep": 1, "etp": 2},
@@ -31,8 +31,10 @@ LAYOUTS: dict[str, dict[str, object]] = {
 
 
 def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for name in ("root", *BUILT_NAMES):
+    unbuilt = [name for name in ("efsdp", "edp") if name not in list(gangs)]
+    built = [name for name in BUILT_NAMES if name not in unbuilt]
+    out: dict[str, object] = {"unbuilt": unbuilt}
+    for name in ("root", *built):
         gang = gangs[name]
         entry: dict[str, object] = {"rank": gang.rank, "size": gang.size}
         if isinstance(gang, gm.ProcessGroupGang):
@@ -48,7 +50,7 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         gang.broadcast(b, source_rank=gang.size - 1)
         entry["broadcast_from_last"] = b.item()
         out[name] = entry
-    for name in ("ep", "efsdp", "etp"):
+    for name in (n for n in ("ep", "efsdp", "etp") if n in built):
         gang = gangs[name]
         # Rank d of the gang gets d + 1 rows from every process, each row holding the sender.
         sends = [d + 1 for d in range(gang.size)]
@@ -62,7 +64,7 @@ def describe(gangs: gm.Gangs, me: int) -> dict[str, object]:
         for info in gangs.communicators()
     ]
     # The groups torch actually holds behind the gangs and the meshes.
-    gang_list = [gangs.root, *(gangs[name] for name in BUILT_NAMES)]
+    gang_list = [gangs.root, *(gangs[name] for name in built)]
     groups = [g.as_process_group() for g in gang_list if isinstance(g, gm.ProcessGroupGang)]
     sums: dict[str, float] = {}
     for mesh_name, mesh in gangs.meshes.items():
