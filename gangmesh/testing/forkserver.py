@@ -15,8 +15,9 @@ no test has run in, and a process that does not finish is killed with its sessio
 
 The server reports each process's exit without reaping it, so the caller can kill what
 the process left in its session before its id can be reused; :meth:`ForkServer.reap`
-releases it. Imports neither torch nor the rest of gangmesh (the server does, in its
-own process). Needs a POSIX system.
+releases it, and returns once the process is gone (one that has not ended yet is
+collected when it ends). Imports neither torch nor the rest of gangmesh (the server does,
+in its own process). Needs a POSIX system.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class ForkServer:
     ) -> None:
         self._lock = threading.Lock()
         self._exits: dict[int, queue.Queue[int]] = {}
+        self._reaped: dict[int, threading.Event] = {}
         self._running: set[int] = set()
         with open(log, "ab") as output:
             self._process = subprocess.Popen(
@@ -141,13 +143,25 @@ class ForkServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
 
-    def reap(self, pid: int) -> None:
-        """Release an exited process (after :meth:`kill_session`); its id may then be reused."""
+    def reap(self, pid: int, timeout: float = 60.0) -> None:
+        """Release a process (after :meth:`kill_session`); its id may then be reused. Returns
+        once the server has collected it: at once for a process that has exited, when it
+        exits for one that is still ending.
+
+        :raises ForkServerError: the process did not end within ``timeout``.
+        """
         with self._lock:
-            if pid in self._running:
-                self._running.discard(pid)
-                with contextlib.suppress(ForkServerError):
-                    self._send({"reap": pid})
+            if pid not in self._running:
+                return
+            self._running.discard(pid)
+            reaped = self._reaped.setdefault(pid, threading.Event())
+            try:
+                self._send({"reap": pid})
+            except ForkServerError:
+                return  # the server is gone, and its processes were killed with it
+        if not reaped.wait(timeout):
+            raise ForkServerError(f"process {pid} did not end within {timeout:g} s")
+        self._reaped.pop(pid, None)
 
     def close(self) -> None:
         """Kill every process the server forked (with their sessions), then the server."""
@@ -181,12 +195,17 @@ class ForkServer:
             event = json.loads(line)
             if "exited" in event:
                 self._exits.setdefault(int(event["exited"]), queue.Queue()).put(int(event["code"]))
+            elif "reaped" in event:
+                self._reaped.setdefault(int(event["reaped"]), threading.Event()).set()
             elif event.get("event") != _READY:
                 self._started.put(event)
-        # The server is gone: nobody will report the processes still listed.
+        # The server is gone: nobody will report the processes still listed (it killed and
+        # collected them as it ended).
         self._started.put({"error": "the fork server stopped"})
         for pid in list(self._running):
             self._exits.setdefault(pid, queue.Queue()).put(-int(signal.SIGKILL))
+        for reaped in list(self._reaped.values()):
+            reaped.set()
 
 
 # --- the server process -------------------------------------------------------------------
@@ -212,10 +231,16 @@ def _serve(preload: Sequence[str]) -> Job | None:
     sys.stdout = sys.stderr  # a stray print must not reach the event stream
     running: set[int] = set()  # forked, exit not yet reported
     exited: set[int] = set()  # exit reported, not yet reaped
+    doomed: set[int] = set()  # to be reaped as soon as they exit
 
     def emit(event: dict[str, Any]) -> None:
         events.write(json.dumps(event).encode() + b"\n")
         events.flush()
+
+    def reap(pid: int) -> None:
+        exited.discard(pid)
+        os.waitpid(pid, 0)
+        emit({"reaped": pid})
 
     emit({"event": _READY, "threads": len(os.listdir("/proc/self/task"))
           if os.path.isdir("/proc/self/task") else None})  # fmt: skip
@@ -233,6 +258,9 @@ def _serve(preload: Sequence[str]) -> Job | None:
                     exited.add(pid)
                     code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
                     emit({"exited": pid, "code": code})
+                    if pid in doomed:
+                        doomed.discard(pid)
+                        reap(pid)
         if commands not in ready:
             continue
         chunk = os.read(commands.fileno(), 65536)
@@ -245,8 +273,11 @@ def _serve(preload: Sequence[str]) -> Job | None:
             if "reap" in command:
                 pid = int(command["reap"])
                 if pid in exited:
-                    exited.discard(pid)
-                    os.waitpid(pid, 0)
+                    reap(pid)
+                elif pid in running:
+                    doomed.add(pid)  # killed, but its exit has not been seen yet
+                else:
+                    emit({"reaped": pid})
                 continue
             job = Job(**command["spawn"])
             pid = _fork(job, [wake_read, wake_write])

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +81,23 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def reserved_port() -> Iterator[int]:
+    """A free port on 127.0.0.1, held until the block ends for the store rank 0 serves.
+
+    A port from ``free_port`` is free again until rank 0 binds it, seconds later, and
+    another job's ``free_port`` may pick it meanwhile: that job's rank 0 then cannot serve,
+    and its ranks meet in the other job's store. This one stays bound (not listening, with
+    SO_REUSEADDR): no search for a free port takes it (a bind to port 0, the local port of
+    an outgoing connection), while a server that binds it by number with SO_REUSEADDR, as
+    torch's TCPStore does, shares it.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 def run_command(cmd: list[str], *, timeout: float, env: dict[str, str] | None = None) -> Run:
@@ -152,43 +169,43 @@ def slurm_like(
 ) -> Run:
     """Start ``ntasks`` processes (or only ``ranks`` of them) with the variables srun sets
     (one node), no torchrun."""
-    port = str(free_port())
-    return processes(
-        script,
-        ntasks,
-        *args,
-        timeout=timeout,
-        ranks=ranks,
-        env_of=lambda rank: {
-            "SLURM_PROCID": str(rank),
-            "SLURM_NTASKS": str(ntasks),
-            "SLURM_LOCALID": str(rank),
-            "SLURM_NTASKS_PER_NODE": str(ntasks),
-            "SLURM_JOB_NODELIST": "127.0.0.1",
-            "SLURM_JOB_ID": "4242",
-            "MASTER_PORT": port,
-        },
-    )
+    with reserved_port() as port:
+        return processes(
+            script,
+            ntasks,
+            *args,
+            timeout=timeout,
+            ranks=ranks,
+            env_of=lambda rank: {
+                "SLURM_PROCID": str(rank),
+                "SLURM_NTASKS": str(ntasks),
+                "SLURM_LOCALID": str(rank),
+                "SLURM_NTASKS_PER_NODE": str(ntasks),
+                "SLURM_JOB_NODELIST": "127.0.0.1",
+                "SLURM_JOB_ID": "4242",
+                "MASTER_PORT": str(port),
+            },
+        )
 
 
 def bare_processes(script: str, nproc: int, *args: str, timeout: float = 120) -> Run:
     """Start ``nproc`` processes with torchrun's variables but no agent, so that one
     process's death does not make a launcher kill the others."""
-    port = str(free_port())
-    return processes(
-        script,
-        nproc,
-        *args,
-        timeout=timeout,
-        env_of=lambda rank: {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(nproc),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(nproc),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-        },
-    )
+    with reserved_port() as port:
+        return processes(
+            script,
+            nproc,
+            *args,
+            timeout=timeout,
+            env_of=lambda rank: {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(nproc),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(nproc),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+        )
 
 
 def torchrun_like(
@@ -205,16 +222,17 @@ def torchrun_like(
     as torchrun's is. For scripts whose test is not about torchrun itself. ``path0``: the
     first folder of ``sys.path`` (default: the script's). ``finalize``: each process ends
     as a new interpreter does, finalisation and C++ teardown included (tests of the exit)."""
-    return processes(
-        str(_worker_path(script)),
-        nproc,
-        *args,
-        timeout=timeout,
-        shared_output=True,
-        path0=path0,
-        finalize=finalize,
-        env_of=_torchrun_variables(nproc, env),
-    )
+    with reserved_port() as port:
+        return processes(
+            str(_worker_path(script)),
+            nproc,
+            *args,
+            timeout=timeout,
+            shared_output=True,
+            path0=path0,
+            finalize=finalize,
+            env_of=_torchrun_variables(nproc, port, env),
+        )
 
 
 def _worker_path(script: str | Path) -> Path:
@@ -224,11 +242,10 @@ def _worker_path(script: str | Path) -> Path:
 
 
 def _torchrun_variables(
-    nproc: int, env: dict[str, str] | None = None
+    nproc: int, port: int, env: dict[str, str] | None = None
 ) -> Callable[[int], dict[str, str]]:
     """The variables torchrun gives each of ``nproc`` workers on one node, first attempt,
-    with a free port for the store rank 0 serves; ``env`` added to each."""
-    port = str(free_port())
+    with ``port`` for the store rank 0 serves; ``env`` added to each."""
     return lambda rank: {
         "RANK": str(rank),
         "WORLD_SIZE": str(nproc),
@@ -238,7 +255,7 @@ def _torchrun_variables(
         "ROLE_RANK": str(rank),
         "ROLE_WORLD_SIZE": str(nproc),
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": port,
+        "MASTER_PORT": str(port),
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         **(env or {}),

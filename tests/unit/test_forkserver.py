@@ -140,6 +140,20 @@ def test_a_hanging_process_is_killed_with_what_it_started(server, tmp_path):
         os.close(handle)
 
 
+def test_a_killed_process_is_gone_once_reaped_even_before_its_exit_was_seen(server, tmp_path):
+    """``reap`` right after ``kill_session`` waits for the process to end and collects it:
+    no zombie is left in its session for a check of leftovers to find."""
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    for _ in range(5):
+        job = Job(target=str(script), argv=["hang", str(tmp_path / "child")], env={},
+                  cwd=str(tmp_path), output=str(tmp_path / "output.txt"))  # fmt: skip
+        pid = server.spawn(job)
+        server.kill_session(pid)
+        server.reap(pid)
+        assert not Path(f"/proc/{pid}").exists()
+
+
 def test_closing_the_server_kills_what_runs(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)

@@ -1,9 +1,10 @@
-"""Shared by worker scripts: write this rank's results as JSON."""
+"""Shared by worker scripts: write this rank's results as JSON; join the job before a fault."""
 
 from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,3 +14,22 @@ def write_results(rank: int, results: dict[str, Any]) -> None:
     out_dir = Path(sys.argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(results))
+
+
+def join_job(timeout: timedelta) -> None:
+    """Connect to the job's store and meet every rank, each wait bounded by ``timeout``, then
+    close the root gang again: the setup a fault script tests next runs on that connection
+    (gangmesh keeps it per process), so its short timeout bounds the setup and the fault,
+    not the start of the job. (The barrier keeps a rank from closing its end of the group
+    while a peer is still connecting to it.)
+
+    torch looks up the host name of every store connection's address (reverse DNS), on both
+    ends, the server's lookups one after another on its one thread; a resolver that drops
+    queries, as a busy one does when some 40 processes start at once, holds each for its
+    retry time (glibc: 5 s). Those seconds belong to starting the job, not to the fault.
+    """
+    import gangmesh as gm
+
+    root = gm.setup_root_gang(timeout=timeout)
+    root.barrier()
+    root.close()

@@ -5,8 +5,10 @@
     faults.py OUT monitored  ranks 2 and 3 skip a monitored barrier
     faults.py OUT monitored_mesh  rank 3 skips a monitored barrier of its tp gang [2, 3]
 
-Ranks that stay out of a collective meet the others afterwards at a barrier of a group
-with a long timeout, so that the fault is a hang, not a crash.
+Each rank joins the job first with a long timeout (see common.join_job), so that only the
+setup and the fault run under the short one. Ranks that stay out of a collective meet the
+others afterwards at a barrier of a group with a long timeout, so that the fault is a hang,
+not a crash.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from common import write_results
+from common import join_job, write_results
 
 import gangmesh as gm
 
@@ -29,6 +31,7 @@ LONG = timedelta(seconds=90)
 
 def main() -> None:
     mode = sys.argv[2]
+    join_job(LONG)
     root = gm.setup_root_gang(timeout=SHORT, monitored=mode.startswith("monitored"))
     me = root.rank
     meeting = dist.new_group(timeout=LONG)  # where everyone meets after the fault

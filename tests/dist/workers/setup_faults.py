@@ -7,8 +7,10 @@
     setup_faults.py OUT again        every rank sets up, closes, and sets up again
     setup_faults.py OUT lonely       run alone as rank 1: rank 0 and its store never come
 
-Ranks that stay out meet the others afterwards at a barrier of the root gang, with a
-timeout long enough that the fault is a hang, not a crash.
+Each rank but the lonely one joins the job first with a long timeout (see common.join_job),
+so that only the setup and the fault run under the short one. Ranks that stay out meet the
+others afterwards at a barrier of a group with a timeout long enough that the fault is a
+hang, not a crash.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from common import write_results
+from common import join_job, write_results
 
 import gangmesh as gm
 
 SHORT = timedelta(seconds=5)
+LONG = timedelta(seconds=60)
 
 
 def lonely() -> None:
@@ -41,9 +44,10 @@ def main() -> None:
     if mode == "lonely":
         lonely()
         return
+    join_job(LONG)
     root = gm.setup_root_gang(timeout=SHORT)
     me = root.rank
-    meeting = dist.new_group(timeout=timedelta(seconds=60))  # where everyone meets at the end
+    meeting = dist.new_group(timeout=LONG)  # where everyone meets at the end
     result: dict[str, object] = {"mode": mode}
     started = time.time()
     try:
