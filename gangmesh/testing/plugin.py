@@ -80,6 +80,7 @@ import pytest
 
 from gangmesh.testing.outcome import WorldFailed, report_outcomes
 from gangmesh.testing.rank import PooledRank, RankReporter
+from gangmesh.testing.shape import WorldShape
 from gangmesh.testing.world import (
     FAILURE_GRACE,
     POOL_VARIABLE,
@@ -110,7 +111,7 @@ _REPORTER = pytest.StashKey[RankReporter | None]()
 """In a rank's process: its reporter, which knows the test being run."""
 _SERVER = pytest.StashKey["ForkServer | None"]()
 _POOL = pytest.StashKey["WorldPool | None"]()
-_TARGETS = pytest.StashKey[dict[int, list[str]]]()
+_TARGETS = pytest.StashKey[dict[WorldShape, list[str]]]()
 _FRESH_OPTION = "--gangmesh-fresh-ranks"
 
 
@@ -127,9 +128,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(n, timeout={DEFAULT_TIMEOUT:g}): run the test once in each process of a "
-        "gloo world of n local processes (fixture root_gang: that world's root gang); "
-        "see gangmesh.testing.plugin",
+        f"{MARKER}(n, hosts=1, numbering='consecutive', timeout={DEFAULT_TIMEOUT:g}): run "
+        "the test once in each process of a gloo world of n processes, spread over hosts "
+        "network-namespace hosts (fixture root_gang: that world's root gang); see "
+        "gangmesh.testing.plugin",
     )
     one_test, pooled = os.environ.pop(WORLD_VARIABLE, None), os.environ.pop(POOL_VARIABLE, None)
     reporter = RankReporter() if one_test or pooled else None
@@ -227,7 +229,7 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
     gang = ProcessGroupGang.create_default_process_group(
         torch.device("cpu"),
         timeout=timedelta(seconds=world.timeout),
-        init_method=f"file://{world.store}",
+        init_method=world.init_method or f"file://{world.store}",
         rank=world.rank,
         world_size=world.size,
     )
@@ -245,13 +247,13 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash.get(_REPORTER, None) is not None:
         return  # a rank runs its tests as they are
-    targets: dict[int, list[str]] = {}
+    targets: dict[WorldShape, list[str]] = {}
     for index, item in enumerate(items):
         if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
             items[index] = GangmeshWorldItem.from_function(item)
             with contextlib.suppress(WorldFailed):  # its run reports the bad marker
-                size, _ = _marker_arguments(item.get_closest_marker(MARKER))
-                targets.setdefault(size, []).append(target_of(item))
+                shape, _ = _marker_arguments(item.get_closest_marker(MARKER))
+                targets.setdefault(shape, []).append(target_of(item))
     config.stash[_TARGETS] = targets
 
 
@@ -284,12 +286,18 @@ class GangmeshWorldItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def runtest(self) -> None:
-        size, timeout = _marker_arguments(self.get_closest_marker(MARKER))
+        shape, timeout = _marker_arguments(self.get_closest_marker(MARKER))
+        if shape.hosts > 1:
+            from gangmesh.testing.netns import namespaces_unavailable
+
+            why = namespaces_unavailable()
+            if why:
+                pytest.skip(f"{shape.describe()}: {why}")
         if self.config.getoption(_FRESH_OPTION, False):
-            outcomes = run_world(self.config, self.function, size, timeout)
+            outcomes = run_world(self.config, self.function, shape, timeout)
         else:
-            outcomes = _pool(self.config).run(self.function, size, timeout)
-        report_outcomes(outcomes, size, timeout)
+            outcomes = _pool(self.config).run(self.function, shape, timeout)
+        report_outcomes(outcomes, shape.size, timeout)
 
 
 def _pool(config: pytest.Config) -> WorldPool:
@@ -313,16 +321,17 @@ def _server(config: pytest.Config) -> ForkServer:
     return server
 
 
-def _marker_arguments(marker: pytest.Mark | None) -> tuple[int, float]:
-    """The world size and timeout of a ``gangmesh_world`` marker; the test fails on bad ones."""
+def _marker_arguments(marker: pytest.Mark | None) -> tuple[WorldShape, float]:
+    """The shape and timeout of a ``gangmesh_world`` marker; the test fails on bad ones."""
     assert marker is not None
-    unknown = sorted(set(marker.kwargs) - {"timeout"})
+    unknown = sorted(set(marker.kwargs) - {"timeout", "hosts", "numbering"})
     size = marker.args[0] if len(marker.args) == 1 else None
     timeout = marker.kwargs.get("timeout", DEFAULT_TIMEOUT)
     if unknown or not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
         raise WorldFailed(
-            f"{MARKER}: expected {MARKER}(n, timeout=seconds) with an int n >= 1, got "
-            f"args={marker.args!r} kwargs={marker.kwargs!r}"
+            f"{MARKER}: expected {MARKER}(n, hosts=1, numbering='consecutive', "
+            f"timeout=seconds) with an int n >= 1, got args={marker.args!r} "
+            f"kwargs={marker.kwargs!r}"
         )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise WorldFailed(
@@ -332,4 +341,12 @@ def _marker_arguments(marker: pytest.Mark | None) -> tuple[int, float]:
         raise WorldFailed(
             f"{MARKER}: timeout: expected a finite number of seconds, got {timeout!r}"
         )
-    return size, float(timeout)
+    try:
+        shape = WorldShape(
+            size,
+            hosts=marker.kwargs.get("hosts", 1),
+            numbering=marker.kwargs.get("numbering", "consecutive"),
+        )
+    except ValueError as ex:
+        raise WorldFailed(f"{MARKER}({size}, ...): {ex}") from None
+    return shape, float(timeout)
