@@ -3,8 +3,9 @@
 A namespace here is anonymous: it lives as long as its *holder*, a process started in it
 by ``unshare`` that blocks on its standard input, and the processes that entered it. It
 has no name in ``/run/netns`` that could outlive a test run: once the holder sees its
-input close (the process that made it ended, or :meth:`Holder.close`) and every process
-that entered it is gone, the kernel removes the namespace and every link in it. A host's
+input close (:meth:`Holder.close`, or the process that made it ended in any way, killed
+included), it kills every process still in the namespace and ends, and the kernel
+removes the namespace and every link in it. A host's
 holder has network, hostname (UTS) and mount namespaces of its own, with its hostname set
 and files bound over ``/etc/hosts`` and ``/etc/resolv.conf``; the link's holder has a
 network namespace only.
@@ -46,6 +47,30 @@ _FLAGS = {"net": 0x40000000, "uts": 0x04000000, "mnt": 0x00020000}
 """``CLONE_NEW*`` of each kind, as ``setns`` takes it."""
 
 _READY = b"ready\n"
+_HOLD = """
+import os, signal, sys
+sys.stdin.buffer.read()
+mine = os.stat("/proc/self/ns/net").st_ino
+for _ in range(100):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if os.stat(f"/proc/{name}/ns/net").st_ino == mine:
+                    found.append(int(name))
+            except OSError:
+                pass
+    if not found:
+        break
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+"""What a holder runs once its namespaces are made: wait until its input closes (the
+process that made it closed it, or ended in any way), then SIGKILL every process still
+in its network namespace (until none is left), and end: the namespaces go with it."""
 _START_TIMEOUT = 30.0
 
 
@@ -73,12 +98,12 @@ class Holder:
             setup.append(f"hostname {_quoted(hostname)}")
         for source, target in (binds or {}).items():
             setup.append(f"mount --bind {_quoted(source)} {_quoted(target)}")
-        # The shell reports ready, then becomes ``cat``, which ends when its input closes.
-        script = " && ".join([*setup, "echo ready", "exec cat >/dev/null"])
+        # The shell reports ready, then becomes the Python of _HOLD.
+        script = " && ".join([*setup, "echo ready", 'exec "$0" -I -S -c "$1"'])
         command = ["unshare", *(flags[kind] for kind in kinds)]
         if "mnt" in kinds:
             command.append("--propagation=private")
-        command += ["--", "sh", "-c", script]
+        command += ["--", "sh", "-c", script, sys.executable, _HOLD]
         self.kinds = tuple(kinds)
         self._process = subprocess.Popen(
             command,
@@ -96,7 +121,7 @@ class Holder:
             if self._process.stderr is not None:
                 error = self._process.stderr.read()
             raise NamespaceError(
-                f"{' '.join(command[:-1])} ...: could not make the namespaces "
+                f"{' '.join(command[:4])} ...: could not make the namespaces "
                 f"({error.decode(errors='replace').strip() or 'no answer'})"
             )
         self.inodes = {kind: os.stat(self.path(kind)).st_ino for kind in self.kinds}
@@ -241,11 +266,8 @@ def processes_in(inodes: Sequence[int]) -> list[int]:
             for fd in (proc / "fd").iterdir():
                 with contextlib.suppress(OSError):
                     link = os.readlink(fd)
-                    if (
-                        link.endswith("]")
-                        and ":[" in link
-                        and int(link.rsplit("[", 1)[1][:-1]) in wanted
-                    ):
+                    kind, _, inode = link.partition(":[")
+                    if kind in HOST_KINDS and int(inode.rstrip("]")) in wanted:
                         found.append(int(proc.name))
                         break
     return found

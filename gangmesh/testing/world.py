@@ -150,6 +150,8 @@ def pytest_command(config: pytest.Config, targets: Sequence[str], basetemp: Path
         command += ["-o", option]
     for warning in config.getoption("pythonwarnings", None) or []:
         command += ["-W", warning]
+    if config.pluginmanager.hasplugin("xdist"):
+        command += ["-n", "0"]  # a rank runs its tests itself, whatever addopts says
     if config.getoption("noconftest", False):
         command.append("--noconftest")
     confcutdir = config.getoption("confcutdir", None)
