@@ -116,10 +116,7 @@ class Holder:
         assert self._process.stdout is not None
         line = _read_line(self._process.stdout, _START_TIMEOUT)
         if line != _READY:
-            self.close()
-            error = b""
-            if self._process.stderr is not None:
-                error = self._process.stderr.read()
+            error = self._end()
             raise NamespaceError(
                 f"{' '.join(command[:4])} ...: could not make the namespaces "
                 f"({error.decode(errors='replace').strip() or 'no answer'})"
@@ -148,6 +145,10 @@ class Holder:
 
     def close(self) -> None:
         """End the holder (the namespaces go once nothing else is in them); idempotent."""
+        self._end()
+
+    def _end(self) -> bytes:
+        """End the holder; what it wrote to its standard error (the first time)."""
         with contextlib.suppress(OSError):
             if self._process.stdin is not None:
                 self._process.stdin.close()
@@ -157,9 +158,14 @@ class Holder:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
             self._process.wait()
+        error = b""
+        with contextlib.suppress(OSError, ValueError):
+            if self._process.stderr is not None:
+                error = self._process.stderr.read()
         for stream in (self._process.stdout, self._process.stderr):
             if stream is not None:
                 stream.close()
+        return error
 
 
 def _quoted(text: str) -> str:
