@@ -129,9 +129,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(n, hosts=1, numbering='consecutive', timeout={DEFAULT_TIMEOUT:g}): run "
-        "the test once in each process of a gloo world of n processes, spread over hosts "
-        "network-namespace hosts (fixture root_gang: that world's root gang); see "
-        "gangmesh.testing.plugin",
+        "the test once in each of n processes that form a gloo world, on that many hosts "
+        "(network namespaces; ranks numbered consecutive or round_robin over them); fixture "
+        "root_gang: that world's root gang; see gangmesh.testing.plugin",
     )
     one_test, pooled = os.environ.pop(WORLD_VARIABLE, None), os.environ.pop(POOL_VARIABLE, None)
     reporter = RankReporter() if one_test or pooled else None

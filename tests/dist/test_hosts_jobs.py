@@ -1,10 +1,12 @@
-"""Jobs of processes started on two hosts of a bed: gangmesh check and a restart under
-torchrun multi-node (c10d rendezvous, an agent per host), and a host whose processes die."""
+"""Jobs of processes started on two hosts of a bed: gangmesh check, a restart and a host cut
+off the link under torchrun multi-node (c10d rendezvous, an agent per host), and a host
+whose processes die."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -76,3 +78,23 @@ def test_a_host_whose_processes_die_ends_the_other_hosts_collectives_in_time(bed
         ), result["error"]
         assert result["waited"] < TIMEOUT_S + 5, "raised within the timeout and 5 s more"
         assert result["step"] <= 3, "host0 stops at the step host1 no longer joins"
+
+
+def test_a_host_cut_under_torchrun_ends_every_process_once_tcp_gives_up(bed, tmp_path):
+    # What docs/howto.rst tells users to set: without it, the agent on the cut host waits
+    # on the rendezvous store for as long as TCP retransmits (about 15 minutes).
+    for host in bed.hosts:
+        subprocess.run(bed.command(host.index, ["sh", "-c", "echo 5 > /proc/sys/net/ipv4/tcp_retries2"]),
+                       check=True, timeout=30)  # fmt: skip
+    run = torchrun_on_hosts(bed, 2, "host_cut.py", str(tmp_path), timeout=150)
+    assert not run.output.startswith("TIMED OUT"), f"an agent did not end\n{run.output}"
+    assert run.returncode == 1, run.output
+    results = {int(p.stem[4:]): json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")}
+    survivors = {rank: r for rank, r in results.items() if r["host"] == "host0"}
+    assert len(survivors) == 2, run.output
+    for rank, result in survivors.items():
+        assert result["error"].startswith(
+            f"all_reduce(SUM) failed on gang 'root' (size 4, rank {rank}"
+        )
+        assert result["waited"] < TIMEOUT_S + 5, "raised within the timeout and 5 s more"
+        assert result["step"] == 3, "host0 stops at the step host1 no longer joins"
