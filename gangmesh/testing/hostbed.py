@@ -135,12 +135,17 @@ class HostBed:
 
     def command(self, host: int, command: Sequence[str]) -> list[str]:
         """``command`` as a new process on host ``host`` runs it (``nsenter``), in this
-        process's working directory."""
+        process's working directory.
+
+        :param host: the host's index.
+        :param command: the program and its arguments.
+        """
         return enter_command(self.hosts[host].holder, HOST_KINDS, command)
 
     def cut(self, host: int) -> None:
         """Take host ``host``'s port down: it is cut off the link until :meth:`restore`.
 
+        :param host: the host's index.
         :raises NamespaceError: ``ip`` failed.
         """
         _set_port(self.hosts[host], "down")
@@ -148,6 +153,7 @@ class HostBed:
     def restore(self, host: int) -> None:
         """Bring host ``host``'s port up again.
 
+        :param host: the host's index.
         :raises NamespaceError: ``ip`` failed.
         """
         _set_port(self.hosts[host], "up")
@@ -161,7 +167,10 @@ class HostBed:
             _set_port(host, "up")
 
     def kill(self, host: int) -> list[int]:
-        """SIGKILL every process on host ``host`` but its holder; the processes killed."""
+        """SIGKILL every process on host ``host`` but its holder; the processes killed.
+
+        :param host: the host's index.
+        """
         holder = self.hosts[host].holder
         inodes = [os.stat(f"/proc/{holder}/ns/{kind}").st_ino for kind in HOST_KINDS]
         killed = [pid for pid in processes_in(inodes) if pid not in (holder, os.getpid())]

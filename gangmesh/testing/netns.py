@@ -124,12 +124,17 @@ class Holder:
         self.inodes = {kind: os.stat(self.path(kind)).st_ino for kind in self.kinds}
 
     def path(self, kind: str) -> str:
-        """The file of namespace ``kind`` of this holder (``/proc/PID/ns/KIND``)."""
+        """The file of namespace ``kind`` of this holder (``/proc/PID/ns/KIND``).
+
+        :param kind: ``"net"``, ``"uts"`` or ``"mnt"``.
+        """
         return f"/proc/{self.pid}/ns/{kind}"
 
     def run(self, command: Sequence[str], timeout: float = 30.0) -> str:
         """Run ``command`` inside this holder's namespaces; its output.
 
+        :param command: the program and its arguments.
+        :param timeout: seconds the command may run.
         :raises NamespaceError: the command failed or did not end within ``timeout``.
         """
         full = enter_command(self.pid, self.kinds, command)
@@ -191,7 +196,12 @@ def _read_line(stream: object, timeout: float) -> bytes:
 
 def enter_command(pid: int, kinds: Sequence[str], command: Sequence[str]) -> list[str]:
     """``command`` run by ``nsenter`` in the namespaces ``kinds`` of process ``pid``, in
-    this process's working directory (where the mount namespace changes)."""
+    this process's working directory (where the mount namespace changes).
+
+    :param pid: a process in the namespaces (a holder).
+    :param kinds: which of its namespaces to enter.
+    :param command: the program and its arguments.
+    """
     flags = {"net": "--net", "uts": "--uts", "mnt": "--mount"}
     where = [f"--wd={os.getcwd()}"] if "mnt" in kinds else []
     return ["nsenter", f"--target={pid}", *(flags[kind] for kind in kinds), *where, "--",
@@ -202,6 +212,7 @@ def enter(paths: Sequence[str]) -> None:
     """Move this process into the namespaces whose files (``/proc/PID/ns/KIND``) are
     given, the mount namespace last; then return to the working directory it had.
 
+    :param paths: the namespaces' files.
     :raises NamespaceError: a namespace could not be entered (this process runs more
         than one thread, lacks the privilege, or the namespace is gone).
     """
@@ -261,7 +272,10 @@ def namespaces_unavailable() -> str:
 
 def processes_in(inodes: Sequence[int]) -> list[int]:
     """Processes that are in, or hold a file of, one of the namespaces ``inodes`` (network
-    namespaces are compared by inode): what keeps them alive."""
+    namespaces are compared by inode): what keeps them alive.
+
+    :param inodes: the namespaces' inode numbers.
+    """
     wanted = set(inodes)
     found = []
     for proc in Path("/proc").glob("[0-9]*"):

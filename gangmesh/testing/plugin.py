@@ -60,6 +60,18 @@ pytest session. ``--gangmesh-fresh-ranks`` starts each rank of each test as a ne
 interpreter instead; a test of what happens at interpreter exit, or one that must own
 its processes, belongs in processes of its own.
 
+``gangmesh_world(n, hosts=H)`` spreads the n processes over H hosts made on this machine
+(:class:`~gangmesh.testing.hostbed.HostBed`: network namespaces with the hostnames
+``host0``, ``host1``, ..., their own addresses and an ``/etc/hosts`` naming every host,
+on one private link), n // H on each: consecutive ranks on a host as torchrun numbers
+them, or with ``numbering="round_robin"`` dealt out host by host. Each rank gets the
+variables torchrun would give it there (``MASTER_ADDR`` is host0's address, ``GROUP_RANK``
+its host; no ``GANGMESH_HOST`` nor ``GLOO_SOCKET_IFNAME``), and ``root_gang`` meets
+through a TCP store on host0. :mod:`gangmesh.testing.hosts` lets a rank cut its host off
+the link; after each test the link is whole again. The world's hosts are removed with
+it. Where hosts cannot be made (not Linux, not root, no ``unshare``, ``nsenter``, ``ip``
+or ``mount``, or the kernel refuses), such a test is skipped with the reason.
+
 ``timeout`` (seconds, default 120) bounds the whole run, process start included. When
 it expires, the ranks still running are killed with every process they started, and the
 test fails naming them, with the stack of each, written just before the deadline. Once a
