@@ -57,14 +57,13 @@ def test_gangmesh_check_under_torchrun_multi_node_passes_and_names_the_hosts(bed
     "hosts and host0's ranks meet the keys of the attempt that failed",
 )
 def test_a_torchrun_multi_node_job_restarts_after_a_rank_on_host1_dies(bed, tmp_path):
-    run = torchrun_on_hosts(bed, 2, "host_restart.py", str(tmp_path), max_restarts=1,
+    run = torchrun_on_hosts(bed, 1, "host_restart.py", str(tmp_path), max_restarts=1,
                             timeout=240)  # fmt: skip
     assert run.returncode == 0, run.output
     results = {int(p.stem[4:]): json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")}
-    assert sorted(results) == [0, 1, 2, 3], run.output
+    assert sorted(results) == [0, 1], run.output
     for result in results.values():
-        assert result["first"] is False and result["sum"] == 8.0
-        assert len(set(result["tp_hosts"])) == 1, "tp stays on one host after the restart"
+        assert result["first"] is False and result["sum"] == 2.0
 
 
 def test_a_host_whose_processes_die_ends_the_other_hosts_collectives_in_time(bed, tmp_path):
@@ -86,15 +85,15 @@ def test_a_host_cut_under_torchrun_ends_every_process_once_tcp_gives_up(bed, tmp
     for host in bed.hosts:
         subprocess.run(bed.command(host.index, ["sh", "-c", "echo 5 > /proc/sys/net/ipv4/tcp_retries2"]),
                        check=True, timeout=30)  # fmt: skip
-    run = torchrun_on_hosts(bed, 2, "host_cut.py", str(tmp_path), timeout=150)
+    run = torchrun_on_hosts(bed, 1, "host_cut.py", str(tmp_path), timeout=150)
     assert not run.output.startswith("TIMED OUT"), f"an agent did not end\n{run.output}"
     assert run.returncode == 1, run.output
     results = {int(p.stem[4:]): json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")}
     survivors = {rank: r for rank, r in results.items() if r["host"] == "host0"}
-    assert len(survivors) == 2, run.output
+    assert len(survivors) == 1, run.output
     for rank, result in survivors.items():
         assert result["error"].startswith(
-            f"all_reduce(SUM) failed on gang 'root' (size 4, rank {rank}"
+            f"all_reduce(SUM) failed on gang 'root' (size 2, rank {rank}"
         )
         assert result["waited"] < TIMEOUT_S + 5, "raised within the timeout and 5 s more"
         assert result["step"] == 3, "host0 stops at the step host1 no longer joins"

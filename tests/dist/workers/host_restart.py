@@ -21,7 +21,7 @@ out, host = Path(os.sys.argv[1]), socket.gethostname()
 first = not (out / f"started-{os.environ['RANK']}-{host}").exists()
 (out / f"started-{os.environ['RANK']}-{host}").write_text("")
 root = gm.setup_root_gang(timeout=timedelta(seconds=5))
-gangs = gm.create_gangs(root, dp_replicate=2, tp=2)
+gangs = gm.create_gangs(root, dp_replicate=2, tp=int(os.environ["LOCAL_WORLD_SIZE"]))
 total = torch.ones(1)
 root.all_reduce(total, gm.ReduceOperation.SUM)
 if first and host == "host1" and os.environ["LOCAL_RANK"] == "0":
