@@ -6,10 +6,11 @@ it starts ``python -m gangmesh.testing.forkserver``, which imports the modules i
 given (never starting a thread or a process group) and then forks, on request, one
 process per rank. Each forked process is new: it starts a session of its own, takes the
 environment, working directory, ``sys.argv`` and ``sys.path[0]`` it is given, writes to
-its own output file, runs a script or a module as ``__main__``, and ends through the
-interpreter's normal exit (atexit hooks, exit code, an uncaught exception's traceback; with
-``Job.finalize`` also the interpreter's finalisation and C++ teardown),
-as ``python script.py`` would. Nothing a test does, a process group it leaves, a rank
+its own output file, enters the namespaces it is given (a host of a
+:class:`~gangmesh.testing.hostbed.HostBed`), runs a script or a module as ``__main__``,
+and ends through the interpreter's normal exit (atexit hooks, exit code, an uncaught
+exception's traceback; with ``Job.finalize`` also the interpreter's finalisation and C++
+teardown), as ``python script.py`` would. Nothing a test does, a process group it leaves, a rank
 it kills or a collective that hangs, can reach the next test: every test gets processes
 no test has run in, and a process that does not finish is killed with its session.
 
@@ -55,6 +56,7 @@ class Job:
     module: bool = False
     path0: str | None = field(default=None)  # sys.path[0]; default: the script's folder or cwd
     finalize: bool = False  # end as a new interpreter ends, C++ static destructors included
+    enter: list[str] = field(default_factory=list)  # namespaces to enter (/proc/PID/ns/KIND)
 
 
 class ForkServerError(RuntimeError):
@@ -328,6 +330,10 @@ def _run(job: Job) -> int:
     """Run the job as ``__main__`` in this (forked) process; the exit code. Unless the
     job asks for the interpreter's own finalisation, do what it does at exit on the
     Python side here."""
+    if job.enter:  # a host of a bed: before anything else, while this is the only thread
+        from gangmesh.testing.netns import enter
+
+        enter(job.enter)
     os.chdir(job.cwd)
     os.environ.clear()
     os.environ.update(job.env)

@@ -60,6 +60,18 @@ pytest session. ``--gangmesh-fresh-ranks`` starts each rank of each test as a ne
 interpreter instead; a test of what happens at interpreter exit, or one that must own
 its processes, belongs in processes of its own.
 
+``gangmesh_world(n, hosts=H)`` spreads the n processes over H hosts made on this machine
+(:class:`~gangmesh.testing.hostbed.HostBed`: network namespaces with the hostnames
+``host0``, ``host1``, ..., their own addresses and an ``/etc/hosts`` naming every host,
+on one private link), n // H on each: consecutive ranks on a host as torchrun numbers
+them, or with ``numbering="round_robin"`` dealt out host by host. Each rank gets the
+variables torchrun would give it there (``MASTER_ADDR`` is host0's address, ``GROUP_RANK``
+its host; no ``GANGMESH_HOST`` nor ``GLOO_SOCKET_IFNAME``), and ``root_gang`` meets
+through a TCP store on host0. :mod:`gangmesh.testing.hosts` lets a rank cut its host off
+the link; after each test the link is whole again. The world's hosts are removed with
+it. Where hosts cannot be made (not Linux, not root, no ``unshare``, ``nsenter``, ``ip``
+or ``mount``, or the kernel refuses), such a test is skipped with the reason.
+
 ``timeout`` (seconds, default 120) bounds the whole run, process start included. When
 it expires, the ranks still running are killed with every process they started, and the
 test fails naming them, with the stack of each, written just before the deadline. Once a
@@ -80,6 +92,7 @@ import pytest
 
 from gangmesh.testing.outcome import WorldFailed, report_outcomes
 from gangmesh.testing.rank import PooledRank, RankReporter
+from gangmesh.testing.shape import WorldShape
 from gangmesh.testing.world import (
     FAILURE_GRACE,
     POOL_VARIABLE,
@@ -110,7 +123,7 @@ _REPORTER = pytest.StashKey[RankReporter | None]()
 """In a rank's process: its reporter, which knows the test being run."""
 _SERVER = pytest.StashKey["ForkServer | None"]()
 _POOL = pytest.StashKey["WorldPool | None"]()
-_TARGETS = pytest.StashKey[dict[int, list[str]]]()
+_TARGETS = pytest.StashKey[dict[WorldShape, list[str]]]()
 _FRESH_OPTION = "--gangmesh-fresh-ranks"
 
 
@@ -127,9 +140,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(n, timeout={DEFAULT_TIMEOUT:g}): run the test once in each process of a "
-        "gloo world of n local processes (fixture root_gang: that world's root gang); "
-        "see gangmesh.testing.plugin",
+        f"{MARKER}(n, hosts=1, numbering='consecutive', timeout={DEFAULT_TIMEOUT:g}): run "
+        "the test once in each of n processes that form a gloo world, on that many hosts "
+        "(network namespaces; ranks numbered consecutive or round_robin over them); fixture "
+        "root_gang: that world's root gang; see gangmesh.testing.plugin",
     )
     one_test, pooled = os.environ.pop(WORLD_VARIABLE, None), os.environ.pop(POOL_VARIABLE, None)
     reporter = RankReporter() if one_test or pooled else None
@@ -227,7 +241,7 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
     gang = ProcessGroupGang.create_default_process_group(
         torch.device("cpu"),
         timeout=timedelta(seconds=world.timeout),
-        init_method=f"file://{world.store}",
+        init_method=world.init_method or f"file://{world.store}",
         rank=world.rank,
         world_size=world.size,
     )
@@ -245,13 +259,13 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash.get(_REPORTER, None) is not None:
         return  # a rank runs its tests as they are
-    targets: dict[int, list[str]] = {}
+    targets: dict[WorldShape, list[str]] = {}
     for index, item in enumerate(items):
         if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
             items[index] = GangmeshWorldItem.from_function(item)
             with contextlib.suppress(WorldFailed):  # its run reports the bad marker
-                size, _ = _marker_arguments(item.get_closest_marker(MARKER))
-                targets.setdefault(size, []).append(target_of(item))
+                shape, _ = _marker_arguments(item.get_closest_marker(MARKER))
+                targets.setdefault(shape, []).append(target_of(item))
     config.stash[_TARGETS] = targets
 
 
@@ -284,12 +298,18 @@ class GangmeshWorldItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def runtest(self) -> None:
-        size, timeout = _marker_arguments(self.get_closest_marker(MARKER))
+        shape, timeout = _marker_arguments(self.get_closest_marker(MARKER))
+        if shape.hosts > 1:
+            from gangmesh.testing.netns import namespaces_unavailable
+
+            why = namespaces_unavailable()
+            if why:
+                pytest.skip(f"{shape.describe()}: {why}")
         if self.config.getoption(_FRESH_OPTION, False):
-            outcomes = run_world(self.config, self.function, size, timeout)
+            outcomes = run_world(self.config, self.function, shape, timeout)
         else:
-            outcomes = _pool(self.config).run(self.function, size, timeout)
-        report_outcomes(outcomes, size, timeout)
+            outcomes = _pool(self.config).run(self.function, shape, timeout)
+        report_outcomes(outcomes, shape.size, timeout)
 
 
 def _pool(config: pytest.Config) -> WorldPool:
@@ -313,16 +333,17 @@ def _server(config: pytest.Config) -> ForkServer:
     return server
 
 
-def _marker_arguments(marker: pytest.Mark | None) -> tuple[int, float]:
-    """The world size and timeout of a ``gangmesh_world`` marker; the test fails on bad ones."""
+def _marker_arguments(marker: pytest.Mark | None) -> tuple[WorldShape, float]:
+    """The shape and timeout of a ``gangmesh_world`` marker; the test fails on bad ones."""
     assert marker is not None
-    unknown = sorted(set(marker.kwargs) - {"timeout"})
+    unknown = sorted(set(marker.kwargs) - {"timeout", "hosts", "numbering"})
     size = marker.args[0] if len(marker.args) == 1 else None
     timeout = marker.kwargs.get("timeout", DEFAULT_TIMEOUT)
     if unknown or not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
         raise WorldFailed(
-            f"{MARKER}: expected {MARKER}(n, timeout=seconds) with an int n >= 1, got "
-            f"args={marker.args!r} kwargs={marker.kwargs!r}"
+            f"{MARKER}: expected {MARKER}(n, hosts=1, numbering='consecutive', "
+            f"timeout=seconds) with an int n >= 1, got args={marker.args!r} "
+            f"kwargs={marker.kwargs!r}"
         )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise WorldFailed(
@@ -332,4 +353,12 @@ def _marker_arguments(marker: pytest.Mark | None) -> tuple[int, float]:
         raise WorldFailed(
             f"{MARKER}: timeout: expected a finite number of seconds, got {timeout!r}"
         )
-    return size, float(timeout)
+    try:
+        shape = WorldShape(
+            size,
+            hosts=marker.kwargs.get("hosts", 1),
+            numbering=marker.kwargs.get("numbering", "consecutive"),
+        )
+    except ValueError as ex:
+        raise WorldFailed(f"{MARKER}({size}, ...): {ex}") from None
+    return shape, float(timeout)

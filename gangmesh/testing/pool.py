@@ -1,16 +1,19 @@
-"""Long-lived gloo worlds, one per size, that run the ``gangmesh_world`` tests one after another.
+"""Long-lived gloo worlds, one per shape, that run the ``gangmesh_world`` tests one after another.
 
 Starting a world costs n forks of a warm interpreter and a pytest session per rank that
-collects the tests of that size; a pooled world pays it once and then runs each test
+collects the tests of that shape; a pooled world pays it once and then runs each test
 for the price of its own work. Each rank is a ``python -m pytest`` process
 (:class:`gangmesh.testing.rank.PooledRank`) in a session of its own that connects to the
 world's control socket and runs the tests it is sent, each with a process group of its
 own (a new store, a new port). After a test, every rank shuts torch.distributed down and
 says what the test left behind (:func:`gangmesh.testing.rank.left_behind`). A world runs the
 next test only if every rank finished the last one and is clean; otherwise it is killed,
-with everything its ranks started, and the next test of that size gets a new world. So
+with everything its ranks started, and the next test of that shape gets a new world. So
 a test that leaves a group behind, kills a rank or hangs a collective never reaches the
-next test. Imports neither torch nor the rest of gangmesh.
+next test. A world whose processes are spread over several hosts runs on a
+:class:`~gangmesh.testing.hostbed.HostBed` of its own, made with the world and removed
+with it; each rank is forked straight into its host's namespaces, and after each test
+every host is on the link again. Imports neither torch nor the rest of gangmesh.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from typing import Any
 import pytest
 
 from gangmesh.testing.forkserver import ForkServer, Job
+from gangmesh.testing.hostbed import HOSTS_VARIABLE, HostBed
 from gangmesh.testing.outcome import Outcome, RankEnd, outcome_of
+from gangmesh.testing.shape import WorldShape
 from gangmesh.testing.world import (
     FAILURE_GRACE,
     POOL_VARIABLE,
@@ -49,6 +54,9 @@ from gangmesh.testing.world import (
 __all__ = ["WorldPool"]
 
 log = logging.getLogger("gangmesh")
+
+_HOST_PORTS = (20000, 30000)
+"""Ports of host 0 that the tests of a world on hosts take in turn, for their store."""
 
 _CLOSE_WAIT = 30.0
 """Seconds the ranks of a retired world get to end their pytest sessions before they are killed."""
@@ -75,9 +83,9 @@ class _Event:
 
 @dataclass
 class _PooledWorld:
-    """The ranks of one world size, their control socket and what they report."""
+    """The ranks of one world shape, their control socket and what they report."""
 
-    size: int
+    shape: WorldShape
     server: ForkServer
     folder: Path
     listener: socket.socket
@@ -85,15 +93,20 @@ class _PooledWorld:
     events: queue.Queue[_Event] = field(default_factory=queue.Queue)
     tests: int = 0
     reusable: bool = True
+    bed: HostBed | None = None  # the hosts the ranks run on, for a world of several
+
+    @property
+    def size(self) -> int:
+        return self.shape.size
 
 
 class WorldPool:
-    """Worlds of forked pytest ranks, one per size, each running test after test.
+    """Worlds of forked pytest ranks, one per shape, each running test after test.
 
     :param config: the session whose tests the worlds run.
     :param server: returns the fork server the ranks are forked from (started or
         replaced as needed).
-    :param targets: per world size, the tests of that size (as :func:`target_of` names
+    :param targets: per world shape, the tests of that shape (as :func:`target_of` names
         them): what a new world's ranks collect.
     """
 
@@ -101,28 +114,34 @@ class WorldPool:
         self,
         config: pytest.Config,
         server: Callable[[], ForkServer],
-        targets: dict[int, list[str]],
+        targets: dict[WorldShape, list[str]],
     ) -> None:
         self._config = config
         self._server = server
         self._targets = targets
-        self._worlds: dict[int, _PooledWorld] = {}
+        self._worlds: dict[WorldShape, _PooledWorld] = {}
 
-    def run(self, function: pytest.Function, size: int, timeout: float) -> list[Outcome]:
-        """Run ``function`` in every rank of the world of ``size`` within ``timeout``
-        (a new world's start included); how each rank ended."""
+    def run(self, function: pytest.Function, shape: WorldShape, timeout: float) -> list[Outcome]:
+        """Run ``function`` in every rank of the world of ``shape`` within ``timeout``
+        (a new world's start included); how each rank ended.
+
+        :raises gangmesh.testing.netns.NamespaceError: the hosts of a new world could not
+            be made.
+        """
         deadline = time.monotonic() + timeout
-        world = self._worlds.pop(size, None)
+        world = self._worlds.pop(shape, None)
         if world is None:
-            world = self._start(size, target_of(function))
+            world = self._start(shape, target_of(function))
         try:
             outcomes = _run(world, function, timeout, deadline)
+            if world.bed is not None and world.reusable:
+                world.bed.heal()  # a host the test cut joins the link again
         except BaseException:
             world.reusable = False
             raise
         finally:
             if world.reusable:
-                self._worlds[size] = world
+                self._worlds[shape] = world
             else:
                 _close(world)
         return outcomes
@@ -133,19 +152,30 @@ class WorldPool:
         for world in worlds:
             _close(world)
 
-    def _start(self, size: int, target: str) -> _PooledWorld:
+    def _start(self, shape: WorldShape, target: str) -> _PooledWorld:
         folder = Path(tempfile.mkdtemp(prefix="gangmesh-pool-"))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(folder / "control"))
-        listener.listen(size)
-        world = _PooledWorld(size, self._server(), folder, listener)
-        targets = self._targets.get(size) or [target]
+        listener.listen(shape.size)
+        world = _PooledWorld(shape, self._server(), folder, listener)
+        if shape.hosts > 1:
+            try:
+                world.bed = HostBed(shape.hosts)
+            except BaseException:
+                _close(world)
+                raise
+        targets = self._targets.get(shape) or [target]
         if target not in targets:
             targets = [*targets, target]
         threading.Thread(target=_accept, args=(world,), daemon=True).start()
-        for rank in range(size):
-            env = clean_environment()
+        for rank in range(shape.size):
+            env = clean_environment(hosts=world.bed is not None)
             env[POOL_VARIABLE] = json.dumps({"control": str(folder / "control"), "rank": rank})
+            enter: list[str] = []
+            if world.bed is not None:
+                host = world.bed.hosts[shape.host_of(rank)]
+                env[HOSTS_VARIABLE] = host.to_env()
+                enter = host.namespaces()
             command = pytest_command(self._config, targets, folder / f"rank{rank}-tmp")
             log = folder / f"rank{rank}.log"
             job = Job(
@@ -155,6 +185,7 @@ class WorldPool:
                 env=env,
                 cwd=str(self._config.rootpath),
                 output=str(log),
+                enter=enter,
             )
             member = _Member(rank, world.server.spawn(job), log)
             world.members[rank] = member
@@ -170,7 +201,12 @@ def _run(
     test = world.folder / f"test{world.tests}"
     test.mkdir()
     world.tests += 1
-    port = free_port()
+    if world.bed is None:
+        port = free_port()
+        master = ""
+    else:  # the bed's hosts are this world's alone: any port of host 0 is free
+        port = _HOST_PORTS[0] + world.tests % (_HOST_PORTS[1] - _HOST_PORTS[0])
+        master = world.bed.hosts[0].address
     ends = {
         rank: RankEnd(
             rank, test / f"rank{rank}.log", test / f"rank{rank}.json", test / f"rank{rank}.stacks"
@@ -190,12 +226,14 @@ def _run(
             store=str(test / "store"),
             result=str(end.result),
             stacks=str(end.stacks),
+            init_method=f"tcp://{master}:{port}" if master else "",
         )
-        command = {
-            "world": dataclasses.asdict(place),
-            "env": rank_environment(member.rank, world.size, port),
-            "log": str(end.log),
-        }
+        env = (
+            world.shape.environment(member.rank, master, port)
+            if master
+            else rank_environment(member.rank, world.size, port)
+        )
+        command = {"world": dataclasses.asdict(place), "env": env, "log": str(end.log)}
         member.stream.write(json.dumps(command).encode() + b"\n")
         member.stream.flush()
 
@@ -290,6 +328,8 @@ def _close(world: _PooledWorld) -> None:
         kill_session(member.pid)
     for member in world.members.values():
         world.server.reap(member.pid)
+    if world.bed is not None:
+        world.bed.close()
     with contextlib.suppress(OSError):
         for path in sorted(world.folder.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()

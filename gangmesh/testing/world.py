@@ -30,7 +30,9 @@ from pathlib import Path
 import pytest
 
 from gangmesh.testing.forkserver import ForkServer
+from gangmesh.testing.hostbed import HOSTS_VARIABLE, HostBed
 from gangmesh.testing.outcome import Outcome, RankEnd, outcome_of
+from gangmesh.testing.shape import WorldShape
 
 __all__ = [
     "FAILURE_GRACE",
@@ -70,6 +72,7 @@ _LAUNCHER_VARIABLES = (
     WORLD_VARIABLE,
     POOL_VARIABLE,
 )
+_HOST_VARIABLES = ("GANGMESH_HOST", "GLOO_SOCKET_IFNAME", HOSTS_VARIABLE)
 _PRELOAD = ("numpy", "torch", "torch.distributed", "pytest", "gangmesh.testing.warm_pytest")
 """What the fork server imports before it forks ranks: what every rank would import, and
 what a pytest session imports (:mod:`gangmesh.testing.warm_pytest`)."""
@@ -87,6 +90,7 @@ class World:
     store: str
     result: str
     stacks: str
+    init_method: str = ""  # where root_gang meets; default: the file store ``store``
 
 
 # --- what every rank gets ----------------------------------------------------------------------
@@ -113,9 +117,12 @@ def rank_environment(rank: int, size: int, port: int) -> dict[str, str]:
     }
 
 
-def clean_environment() -> dict[str, str]:
-    """This process's environment without a launcher's variables, one thread per op."""
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
+def clean_environment(hosts: bool = False) -> dict[str, str]:
+    """This process's environment without a launcher's variables, one thread per op; for
+    a rank on a host of a bed, also without what would say where it runs
+    (``GANGMESH_HOST``, ``GLOO_SOCKET_IFNAME``): its hostname and address say it."""
+    dropped = _LAUNCHER_VARIABLES + (_HOST_VARIABLES if hosts else ())
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
     return env
 
@@ -143,6 +150,8 @@ def pytest_command(config: pytest.Config, targets: Sequence[str], basetemp: Path
         command += ["-o", option]
     for warning in config.getoption("pythonwarnings", None) or []:
         command += ["-W", warning]
+    if config.pluginmanager.hasplugin("xdist"):
+        command += ["-n", "0"]  # a rank runs its tests itself, whatever addopts says
     if config.getoption("noconftest", False):
         command.append("--noconftest")
     confcutdir = config.getoption("confcutdir", None)
@@ -199,13 +208,22 @@ class _Rank:
 
 
 def run_world(
-    config: pytest.Config, function: pytest.Function, size: int, timeout: float
+    config: pytest.Config, function: pytest.Function, shape: WorldShape, timeout: float
 ) -> list[Outcome]:
-    """Run ``function`` in ``size`` new pytest processes within ``timeout``; how each rank
-    ended. Every process is reaped, and its session killed, before this returns."""
-    with tempfile.TemporaryDirectory(prefix="gangmesh-world-") as folder:
+    """Run ``function`` in ``shape.size`` new pytest processes within ``timeout``, on hosts
+    of a bed of their own where ``shape`` has several; how each rank ended. Every process
+    is reaped, and its session killed, before this returns; the bed is removed.
+
+    :raises gangmesh.testing.netns.NamespaceError: the hosts could not be made.
+    """
+    size = shape.size
+    with (
+        tempfile.TemporaryDirectory(prefix="gangmesh-world-") as folder,
+        contextlib.ExitStack() as stack,
+    ):
         base = Path(folder)
-        port = free_port()
+        bed = stack.enter_context(HostBed(shape.hosts)) if shape.hosts > 1 else None
+        port = free_port() if bed is None else 29500
         deadline = time.monotonic() + timeout
         ranks: list[_Rank] = []
         try:
@@ -219,19 +237,34 @@ def run_world(
                     store=str(base / "store"),
                     result=str(base / f"rank{rank}.json"),
                     stacks=str(base / f"rank{rank}.stacks"),
+                    init_method="" if bed is None else f"tcp://{bed.hosts[0].address}:{port}",
                 )
-                ranks.append(_start(config, target_of(function), world, port, base))
+                ranks.append(_start(config, target_of(function), world, port, base, shape, bed))
             _wait(ranks, deadline, timeout)
         finally:
             _kill_and_reap(ranks)
         return [outcome_of(rank.end, size) for rank in ranks]
 
 
-def _start(config: pytest.Config, target: str, world: World, port: int, base: Path) -> _Rank:
-    env = clean_environment()
-    env.update(rank_environment(world.rank, world.size, port))
-    env[WORLD_VARIABLE] = json.dumps(dataclasses.asdict(world))
+def _start(
+    config: pytest.Config,
+    target: str,
+    world: World,
+    port: int,
+    base: Path,
+    shape: WorldShape,
+    bed: HostBed | None,
+) -> _Rank:
+    env = clean_environment(hosts=bed is not None)
     command = pytest_command(config, [target], base / f"rank{world.rank}-tmp")
+    if bed is None:
+        env.update(rank_environment(world.rank, world.size, port))
+    else:
+        host = bed.hosts[shape.host_of(world.rank)]
+        env.update(shape.environment(world.rank, bed.hosts[0].address, port))
+        env[HOSTS_VARIABLE] = host.to_env()
+        command = bed.command(host.index, command)
+    env[WORLD_VARIABLE] = json.dumps(dataclasses.asdict(world))
     log = base / f"rank{world.rank}.log"
     end = RankEnd(world.rank, log, Path(world.result), Path(world.stacks))
     with end.log.open("wb") as output:

@@ -48,7 +48,9 @@ def test_the_plugin_loads_from_its_entry_point_without_torch():
 
 def test_the_marker_is_registered(pytester: pytest.Pytester):
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.gangmesh_world(n, timeout=120):*"])
+    result.stdout.fnmatch_lines(
+        ["@pytest.mark.gangmesh_world(n, hosts=1, numbering='consecutive', timeout=120):*"]
+    )
 
 
 # --- the simulated_gangs fixture ------------------------------------------------------------
