@@ -191,8 +191,9 @@ class GroupGang(PlacedGang):
         """Raise the GangError of failed collective ``op``, naming the rank that broke it
         where the job's failure reports tell (read here only, after the failure)."""
         found = failure_reports.explain(self._global_ranks, self._rank, self._timeout)
-        blamed = str(found) if found is not None else ""
-        detail = f"{blamed} [{reason or cause}]" if blamed else str(reason or cause)
+        detail = reason or str(cause)
+        if found is not None and (found.culprits or (found.absent and reason is None)):
+            detail = f"{found} [{detail}]"  # a monitored barrier's own finding stays as it is
         error = GangError(f"{op} failed on {self.describe()}: {detail}")
         error.culprits = tuple(c.rank for c in found.culprits) if found is not None else ()
         raise error from cause

@@ -44,6 +44,22 @@ def test_every_survivor_names_the_rank_that_broke(tmp_path, fault):
         assert_names_rank_3(found, rank, fault)
 
 
+def test_a_rank_that_stays_out_is_named_as_not_taking_part(tmp_path):
+    # rank 3 lives but never enters the collective: nothing tells why, so each survivor names
+    # the members of its gang that did not report the failure too
+    run = bare_processes("culprit.py", 4, str(tmp_path), "stuck", timeout=150)
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    expected = {0: "gang ranks [3] (global ranks [3])", 1: "gang ranks [3] (global ranks [3])"}
+    expected[2] = "gang ranks [1] (global ranks [3])"
+    for rank in (0, 1, 2):
+        error = found[rank]["error"]
+        assert f"{expected[rank]} did not take part and have not said why" in error, error
+        assert found[rank]["culprits"] == [], error
+        assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
+
+
 @pytest.mark.parametrize("fault", ["raise", "sigkill", "sigstop"])
 def test_under_torchrun_every_survivor_that_raises_names_the_rank_that_broke(tmp_path, fault):
     # torchrun SIGTERMs the survivors 0.1 s after the first process ends: one whose

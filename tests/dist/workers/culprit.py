@@ -1,6 +1,9 @@
 """A user's training loop on 4 processes (tp = 2, timeout 10 s) in which rank 3 breaks at step 5.
 
-    culprit.py OUT raise|sigkill|sigstop|exit
+    culprit.py OUT raise|sigkill|sigstop|exit|stuck
+
+"stuck": rank 3 waits for a signal instead of entering the collective, alive and answering
+nothing (a rank busy elsewhere).
 
 Rank 3 writes when and how it breaks; every other rank writes the GangError it gets, then
 lets it go uncaught, as a user's script would. A stopped rank 3 is woken once every survivor
@@ -38,6 +41,10 @@ def break_down(mode: str) -> None:
     if mode == "sigstop":
         os.kill(os.getpid(), signal.SIGSTOP)
         os._exit(1)  # woken once the others have their errors
+    if mode == "stuck":
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+        signal.sigtimedwait([signal.SIGUSR1], 120)
+        os._exit(1)  # released once the others have their errors
 
 
 def main() -> None:
@@ -65,10 +72,11 @@ def main() -> None:
             },
         )
         out = Path(sys.argv[1])
-        if mode == "sigstop" and all((out / f"rank{r}.json").exists() for r in range(CULPRIT)):
+        wake = {"sigstop": signal.SIGCONT, "stuck": signal.SIGUSR1}.get(mode)
+        if wake and all((out / f"rank{r}.json").exists() for r in range(CULPRIT)):
             # the last survivor to write (each checks after writing) wakes rank 3
             culprit = json.loads((out / f"rank{CULPRIT}.json").read_text())
-            os.kill(culprit["pid"], signal.SIGCONT)
+            os.kill(culprit["pid"], wake)
         raise
 
 
