@@ -169,8 +169,9 @@ class Channel:
 
 
 _channel: Channel | None = None
-_opened_for: object = None
-"""The default group the channel was opened for: wrapping it again opens nothing new."""
+_opened_for: int | None = None
+"""The id of the default group the channel was opened for: wrapping it again opens nothing
+new. Not the group itself: a reference would keep its backend and threads alive at exit."""
 
 
 def open_channel(group: object, store: Any, rank: int, world_size: int) -> None:
@@ -179,11 +180,11 @@ def open_channel(group: object, store: Any, rank: int, world_size: int) -> None:
     A job of one process has no one to tell; nothing is opened for it.
     """
     global _channel, _opened_for
-    if world_size < 2 or (_channel is not None and _opened_for is group):
+    if world_size < 2 or (_channel is not None and _opened_for == id(group)):
         return
     try:
         _channel = Channel(store, rank, world_size)
-        _opened_for = group
+        _opened_for = id(group)
     except (RuntimeError, ValueError, AttributeError) as ex:
         log.debug("failure reports are off: the store does not take them: %s", ex)
         _channel = None
