@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh import _c10d, default_group, failure_reports, last_words
+from gangmesh import default_group
 from gangmesh._checks import check_positive
 from gangmesh._exit import release_at_exit
 from gangmesh._validate import normalized_device
@@ -128,7 +128,6 @@ class ProcessGroupGang(GroupGang):
             high_priority=high_priority,
         )
         gang._owns_default_group = True
-        _open_failure_reports(world)
         return gang
 
     @classmethod
@@ -150,7 +149,7 @@ class ProcessGroupGang(GroupGang):
         :raises RuntimeError: torch.distributed is not initialised.
         """
         world = default_group.running()
-        gang = cls(
+        return cls(
             world,
             device or default_group.device_of(world),
             name=ROOT,
@@ -158,8 +157,6 @@ class ProcessGroupGang(GroupGang):
             monitored=monitored,
             high_priority=high_priority,
         )
-        _open_failure_reports(world)
-        return gang
 
     @classmethod
     def init_default_process_group(
@@ -277,7 +274,6 @@ class ProcessGroupGang(GroupGang):
         if lease is not None:
             lease.release()
         elif pg is not None and self._owns_default_group and dist.is_initialized():
-            failure_reports.close_channel()
             try:
                 dist.destroy_process_group()
             except (RuntimeError, ValueError) as ex:
@@ -322,17 +318,3 @@ class ProcessGroupGang(GroupGang):
             high_priority=self._high_priority,
             members=members,
         )
-
-
-def _open_failure_reports(world: ProcessGroup) -> None:
-    """Let this process name the culprit when a collective fails, and be named if it is one:
-    the job's failure reports go through the default group's store (not the fake backend's)."""
-    if dist.get_backend(world) == "fake":
-        return
-    try:
-        store = _c10d.default_store()
-    except (RuntimeError, AttributeError) as ex:
-        log.debug("failure reports are off: no default store: %s", ex)
-        return
-    failure_reports.open_channel(world, store, dist.get_rank(), dist.get_world_size())
-    last_words.install()
