@@ -15,6 +15,7 @@ import torch.distributed as dist
 from gangmesh import mesh_build
 from gangmesh._checks import InvalidTypeError, check_positive, check_timeout
 from gangmesh.cluster import Site
+from gangmesh.dim_keywords import check_keywords
 from gangmesh.dims import DENSE_DIMS, SIZE_NAMES
 from gangmesh.fake_gang import FakeGang
 from gangmesh.gang import DEFAULT_TIMEOUT, Gang
@@ -29,6 +30,7 @@ from gangmesh.topology import MeshTopology
 log = logging.getLogger("gangmesh")
 
 
+@check_keywords
 def create_gangs(
     root_gang: Gang,
     *,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangmesh._checks import check_flag, check_positive, is_int
+from gangmesh._checks import InvalidTypeError, check_flag, check_positive, is_int
 from gangmesh.dims import DENSE_DIMS, FACTS, MEGATRON_NAMES, SIZE_NAMES, Dim
 
 OrderArg = Sequence[str] | str | None
@@ -209,7 +209,7 @@ def _check_dense(sizes: dict[Dim, object]) -> dict[Dim, int]:
     """The dense sizes as ints, each positive or -1, at most one -1."""
     for name, size in sizes.items():
         if not is_int(size):
-            raise ValueError(f"{name}: expected a positive int or -1, got {size!r}")
+            raise InvalidTypeError(f"{name}: expected a positive int or -1, got {size!r}")
         if size == 0 or int(size) < -1:  # type: ignore[call-overload]
             raise ValueError(f"{name}: expected a positive int or -1, got {size}")
     checked = {name: int(size) for name, size in sizes.items()}  # type: ignore[call-overload]

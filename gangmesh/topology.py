@@ -23,6 +23,7 @@ import numpy as np
 
 from gangmesh._checks import check_index, check_positive, check_rank_order
 from gangmesh.cluster import Cluster, Site
+from gangmesh.dim_keywords import check_keywords
 from gangmesh.dims import (
     ALIASES,
     DENSE_DIMS,
@@ -96,6 +97,7 @@ class MeshTopology:
         ``etp`` or ``order`` breaking a rule (naming it).
     """
 
+    @check_keywords
     def __init__(
         self,
         world_size: int,
