@@ -22,14 +22,15 @@ JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
 
 def shown_dims(plan: MeshTopology) -> tuple[Dim, ...]:
     """The dimensions the table and JSON list: the mesh's in its order, the flattened dense
-    ones the registry lists for this plan (dp, ...), then those of the expert view."""
+    ones the registry lists for this plan (dp, ...), then those of the expert view where the
+    job uses experts (a dense job builds none of them)."""
     listed = [
         name
         for name, facts in FACTS.items()
         if facts.listed is not None and all(plan.size_of(other) > 1 for other in facts.listed)
     ]
     dense = [name for name in listed if FACTS[name].members and not FACTS[name].expert]
-    expert = [name for name in listed if FACTS[name].expert]
+    expert = [name for name in listed if FACTS[name].expert and plan.uses_experts]
     return (*plan.order, *dense, *expert)
 
 
