@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -92,6 +93,7 @@ class HostBed:
         """A name of this bed unique to this run (process id and counter), for logs."""
         self._folder = Path(tempfile.mkdtemp(prefix=f"gangmesh-{self.name}-"))
         self._holders: list[Holder] = []
+        self._closed_at: float | None = None
         self.hosts: list[Host] = []
         try:
             self._make(hosts)
@@ -189,6 +191,8 @@ class HostBed:
                     os.kill(pid, signal.SIGKILL)
         for holder in reversed(self._holders):
             holder.close()
+        if self._holders:
+            self._closed_at = time.clock_gettime(time.CLOCK_BOOTTIME)
         self._holders = []
         with contextlib.suppress(OSError):
             for path in self._folder.iterdir():
@@ -196,8 +200,12 @@ class HostBed:
             self._folder.rmdir()
 
     def left_behind(self) -> list[int]:
-        """Processes still in (or holding) one of this bed's namespaces: [] once it is gone."""
-        return processes_in(self.inodes)
+        """Processes still in (or holding) one of this bed's namespaces: [] once it is gone.
+
+        After :meth:`close`, processes started later are left out: they are in newer
+        namespaces that were given the numbers of this bed's.
+        """
+        return processes_in(self.inodes, self._closed_at)
 
     def __enter__(self) -> HostBed:
         return self

@@ -270,16 +270,26 @@ def namespaces_unavailable() -> str:
     return ""
 
 
-def processes_in(inodes: Sequence[int]) -> list[int]:
+def processes_in(inodes: Sequence[int], started_before: float | None = None) -> list[int]:
     """Processes that are in, or hold a file of, one of the namespaces ``inodes`` (network
     namespaces are compared by inode): what keeps them alive.
 
+    The kernel gives a number of a namespace that is gone to the next one made, so a check
+    made after a namespace's end must pass ``started_before``: a process in a newer
+    namespace with the same number started after it.
+
     :param inodes: the namespaces' inode numbers.
+    :param started_before: if given, only processes started before this reading of
+        ``time.clock_gettime(time.CLOCK_BOOTTIME)`` (one clock tick's precision: a process
+        started in the tick of the reading counts as later).
     """
     wanted = set(inodes)
+    latest = None if started_before is None else int(started_before * _TICKS_PER_SECOND)
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if latest is not None and _start_tick(proc) >= latest:
+                continue
             if any(os.stat(proc / "ns" / kind).st_ino in wanted for kind in HOST_KINDS):
                 found.append(int(proc.name))
                 continue
@@ -291,3 +301,14 @@ def processes_in(inodes: Sequence[int]) -> list[int]:
                         found.append(int(proc.name))
                         break
     return found
+
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""The unit of a process's start time in ``/proc/<pid>/stat``."""
+
+
+def _start_tick(proc: Path) -> int:
+    # Field 22 of stat, counted after the command's closing parenthesis (the command may
+    # hold spaces): clock ticks from boot.
+    fields = (proc / "stat").read_text().rpartition(")")[2].split()
+    return int(fields[19])

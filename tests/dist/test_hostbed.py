@@ -9,6 +9,7 @@ import select
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -35,6 +36,25 @@ def ended(pid: int, timeout: float) -> bool:
         os.close(handle)
 
 
+def boot_clock() -> float:
+    """Now, on the clock of ``processes_in``'s ``started_before``: a check made after a bed
+    is gone must leave out processes of newer namespaces that got its numbers."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def test_a_process_started_after_the_reading_is_left_out():
+    with HostBed(1) as bed:
+        before = boot_clock()
+        stray = subprocess.Popen(bed.command(0, ["sleep", "600"]), start_new_session=True)
+        try:
+            assert stray.pid in processes_in(bed.inodes)
+            assert stray.pid not in processes_in(bed.inodes, before)
+            assert bed.hosts[0].holder in processes_in(bed.inodes, before)
+        finally:
+            stray.kill()
+            stray.wait(timeout=30)
+
+
 def test_each_host_has_its_name_address_and_hosts_file_and_nothing_else_outside():
     with HostBed(2) as bed:
         for host in bed.hosts:
@@ -52,7 +72,7 @@ def test_each_host_has_its_name_address_and_hosts_file_and_nothing_else_outside(
         outside = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
         assert "10.213.0." not in outside and "port0" not in outside
         inodes = bed.inodes
-    assert processes_in(inodes) == []
+    assert processes_in(inodes, boot_clock()) == []
 
 
 def test_close_kills_what_runs_on_a_host_and_removes_the_namespaces():
@@ -64,7 +84,7 @@ def test_close_kills_what_runs_on_a_host_and_removes_the_namespaces():
     finally:
         bed.close()
     assert stray.wait(timeout=30) == -9
-    assert processes_in(inodes) == []
+    assert processes_in(inodes, boot_clock()) == []
 
 
 MAKER = textwrap.dedent(
@@ -98,7 +118,7 @@ def test_a_bed_whose_maker_is_killed_leaves_nothing():
         maker.wait(timeout=30)
         for pid in [*made["holders"], made["stray"]]:
             assert ended(pid, 30), f"process {pid} of the bed still runs"
-        assert processes_in(made["inodes"]) == []
+        assert processes_in(made["inodes"], boot_clock()) == []
     finally:
         maker.kill()
         maker.wait()
