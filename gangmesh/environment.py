@@ -27,7 +27,8 @@ class LaunchEnvironment:
     master_port: int
     """Port where the processes meet."""
     restart_count: int = 0
-    """How many times torchrun restarted the job before this attempt."""
+    """How many times this node's torchrun agent restarted its workers (each node's agent
+    counts for itself: a node whose workers were healthy keeps its count)."""
     agent_store: bool = False
     """Whether torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT (else rank 0 does)."""
 

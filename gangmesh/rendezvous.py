@@ -3,11 +3,15 @@ and meetings that say who did not arrive and who asked for something else.
 
 torchrun keeps its agent's store across restarts, so the keys an earlier attempt wrote
 (addresses of processes that are gone) stay in it; a new attempt that read them would
-connect to dead ports. gangmesh therefore meets under ``gangmesh/attempt<N>/setup<M>/``:
-N is TORCHELASTIC_RESTART_COUNT, M counts the setups of this process, so neither a
-restarted job nor a second ``setup_root_gang`` after ``close()`` meets stale keys. The TCP
-connection to the store is made once per process and kept, so setting up again needs no
-new port.
+connect to dead ports. gangmesh therefore meets under ``gangmesh/setup<E>/``, where E is
+a number every process of one setup agrees on and no earlier setup used: rank 0 draws it
+from a counter in the store and announces it until every process has taken it; each other
+process takes the first announcement made after it asked, which only a live rank 0 can
+have made (every process of an attempt has ended before torchrun starts the next).
+torchrun's TORCHELASTIC_RESTART_COUNT cannot serve: each node's agent counts its own
+restarts, and a node whose processes were healthy restarts them with its count unchanged.
+The TCP connection to the store is made once per process and kept, so setting up again
+needs no new port.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gangmesh")
 
 _connections: dict[tuple[str, int, int, bool], Store] = {}
-_setups = 0
 _job: tuple[Store, LaunchEnvironment, weakref.ref[ProcessGroup] | None] | None = None
 """The store of gangmesh's last setup, its environment, and the default group it started
 (held weakly: the group's threads must end when its owner lets it go)."""
@@ -49,16 +52,54 @@ def job_store(env: LaunchEnvironment, timeout: timedelta) -> Store:
 
     :raises GangError: the store does not answer within ``timeout``.
     """
-    global _setups, _job
+    global _job
+    deadline = time.monotonic() + timeout.total_seconds()
     key = (env.master_addr, env.master_port, env.rank, env.agent_store)
     base = _connections.get(key)
     if base is None:
         base = _connections[key] = _connect(env, timeout)
-    namespace = f"gangmesh/attempt{env.restart_count}/setup{_setups}/"
-    store: Store = dist.PrefixStore(namespace, base)  # type: ignore[attr-defined]
-    _setups += 1
+    try:
+        if env.rank == 0:
+            setup = _announce_setup(base, env, deadline)
+        else:
+            setup = _take_setup(base, env, deadline)
+    except (RuntimeError, ConnectionError) as ex:
+        raise GangError(
+            f"rank {env.rank}: no setup number from rank 0 within the timeout through the "
+            f"job's store at {env.master_addr}:{env.master_port} ({ex}); rank 0 is gone or "
+            "did not start setup_root_gang"
+        ) from ex
+    log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
+    store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]
     _job = (store, env, None)
     return store
+
+
+def _announce_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int:
+    """Rank 0: draw a new setup number and announce it until every process took it (or
+    the deadline passed: the meeting that follows names who did not come)."""
+    setup: int = base.add("gangmesh/setups", 1)
+    taken = f"gangmesh/setup{setup}/taken"
+    pause = 0.002
+    while base.add(taken, 0) < env.world_size - 1 and time.monotonic() < deadline:
+        announcement = base.add("gangmesh/announcements", 1)
+        base.set(f"gangmesh/announcement{announcement}", str(setup))
+        # A plain pause: after store waits that time out, torch's client was seen to
+        # read later answers out of step.
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+    return setup
+
+
+def _take_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int:
+    """Another rank: the setup number of the first announcement after this call asked."""
+    after: int = base.add("gangmesh/announcements", 0)
+    announcement = f"gangmesh/announcement{after + 1}"
+    base.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
+    setup = int(base.get(announcement))
+    taken = f"gangmesh/setup{setup}/taken"
+    base.add(taken, 1)
+    return setup
 
 
 def started_with(store: Store) -> None:
@@ -143,10 +184,12 @@ def meet(
     timeout: timedelta,
     *,
     wait: bool = True,
+    left: timedelta | None = None,
 ) -> dict[int, dict[str, Any]] | None:
     """Every process of the job calls it with what it asks for: None if they all asked the
     same, else rank -> request. With ``wait=False`` this process only leaves its request
-    (a process about to fail still shows the others what it asked for).
+    (a process about to fail still shows the others what it asked for); ``left`` is what
+    remains of ``timeout`` when part of it was spent before (default: all of it).
 
     :raises GangError: some ranks did not arrive within ``timeout`` (they are named, with
         their hosts where known), or the store is gone.
@@ -164,7 +207,7 @@ def meet(
         if not wait:
             return None
         try:
-            store.wait([f"{prefix}all"], timeout)
+            store.wait([f"{prefix}all"], timeout if left is None else left)
         except RuntimeError as ex:
             raise GangError(_absentees(store, prefix, _label(topic), world_size, timeout)) from ex
         if store.add(f"{prefix}same/{digest}", 0) == world_size:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -34,8 +35,9 @@ def setup_root_gang(
     Wraps torch's default process group when it is already initialised;
     otherwise starts it from torchrun's or SLURM's environment (gloo on CPU,
     NCCL on CUDA), after every process has arrived (the ones that do not are
-    named when ``timeout`` expires). Under torchrun each restart attempt, and
-    each setup after a ``close()``, meets in a namespace of its own. Without a
+    named when ``timeout`` expires). Each setup of the job (a torchrun restart
+    attempt, a setup after ``close()``) meets in a namespace of its own, so keys
+    an earlier attempt left in torchrun's store are never read. Without a
     distributed environment it starts a world of one process (said once at
     WARNING level), so that meshes, FSDP2 and tensor parallelism run unchanged.
     ``timeout`` (default 15 minutes) bounds every wait, and reaches every group
@@ -68,9 +70,11 @@ def setup_root_gang(
         rank, world_size = 0, 1
     else:
         log.info("Starting rank %d of %d (%s)", env.rank, env.world_size, env.launcher)
+        deadline = time.monotonic() + timeout.total_seconds()
         store, rank, world_size = job_store(env, timeout), env.rank, env.world_size
         request = {"backend": backend, "timeout_s": timeout.total_seconds()}
-        differing = meet(store, "setup_root_gang", rank, world_size, request, timeout)
+        left = timedelta(seconds=max(0.001, deadline - time.monotonic()))
+        differing = meet(store, "setup_root_gang", rank, world_size, request, timeout, left=left)
         if differing is not None:
             raise ValueError(f"setup_root_gang: {disagreement(differing)}")
     root = ProcessGroupGang.create_default_process_group(

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.dist
 TIMEOUT_S = 5.0
 WAITED_OUT = TIMEOUT_S - 0.5
 """An error raised after at least this long waited out the timeout (clocks differ by ms)."""
-MODES = ("mismatch", "invalid", "absent", "absent0", "again")
+MODES = ("mismatch", "invalid", "absent", "absent0", "again", "away3", "away0")
 
 
 def lonely(out):
@@ -83,6 +83,27 @@ def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(run_setup_f
         assert got["error"].startswith(f"create_gangs: rank {absent} on ")
         assert "did not arrive within 5 s" in got["error"]
         assert ("rank 0 is among them" in got["error"]) == (absent == 0)
+        assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
+
+
+def test_a_rank_that_never_sets_up_is_named_when_the_timeout_expires(run_setup_fault):
+    results = run_setup_fault("away3")
+    assert "error" not in results[3]
+    for me in range(3):
+        got = results[me]
+        assert got["kind"] == "GangError"
+        assert got["error"].startswith("setup_root_gang: rank 3 did not arrive within 5 s"), got
+        assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
+
+
+def test_a_rank_0_that_never_sets_up_is_named_by_every_other_rank_in_time(run_setup_fault):
+    results = run_setup_fault("away0")
+    assert "error" not in results[0]
+    for me in range(1, 4):
+        got = results[me]
+        assert got["kind"] == "GangError"
+        assert got["error"].startswith(f"rank {me}: no setup number from rank 0 within the "), got
+        assert "rank 0 is gone or did not start setup_root_gang" in got["error"]
         assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
 
 

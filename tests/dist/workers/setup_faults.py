@@ -5,6 +5,8 @@
     setup_faults.py OUT absent       rank 3 never calls create_gangs
     setup_faults.py OUT absent0      rank 0 never calls create_gangs
     setup_faults.py OUT again        every rank sets up, closes, and sets up again
+    setup_faults.py OUT away3        rank 3 never calls setup_root_gang
+    setup_faults.py OUT away0        rank 0 never calls setup_root_gang (it keeps serving)
     setup_faults.py OUT lonely       run alone as rank 1: rank 0 and its store never come
 
 Each rank but the lonely one joins the job first with a long timeout (see common.join_job),
@@ -15,6 +17,7 @@ hang, not a crash.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import timedelta
@@ -39,10 +42,37 @@ def lonely() -> None:
         )
 
 
+def stays_away(away: int) -> None:
+    """Every rank but ``away`` sets up again; they meet afterwards through a plain store
+    client (rank 0's process serves the store, so it must outlive the others' setup). The
+    clients connect during the first setup, as join_job does, so that the server's lookups
+    of their addresses fall in the long timeout."""
+    root = gm.setup_root_gang(timeout=LONG)
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    meeting = dist.TCPStore(address, port, 4, False, timeout=LONG)  # type: ignore[attr-defined]
+    root.barrier()
+    root.close()
+    rank = int(os.environ["RANK"])
+    result: dict[str, object] = {"mode": f"away{away}"}
+    if rank != away:
+        started = time.time()
+        try:
+            gm.setup_root_gang(timeout=SHORT)
+        except gm.GangError as ex:
+            result.update(kind=type(ex).__name__, error=str(ex), seconds=time.time() - started)
+        if meeting.add("test/finished", 1) == 3:
+            meeting.set("test/all", "1")
+    meeting.wait(["test/all"])
+    write_results(rank, result)
+
+
 def main() -> None:
     mode = sys.argv[2]
     if mode == "lonely":
         lonely()
+        return
+    if mode.startswith("away"):
+        stays_away(int(mode[4:]))
         return
     join_job(LONG)
     root = gm.setup_root_gang(timeout=SHORT)
