@@ -10,6 +10,7 @@ from typing import Protocol
 
 import torch.distributed as dist
 
+from gangmesh import failure_reports
 from gangmesh.communicators import forget_all
 
 log = logging.getLogger("gangmesh")
@@ -65,4 +66,5 @@ def shut_everything_down() -> None:
     for holder in list(_holders):
         holder._release()
     forget_all()
+    failure_reports.shut_down()
     gc.collect()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gangmesh import __version__
+from gangmesh.dim_keywords import closest
 from gangmesh.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
 from gangmesh.environment import read_launch_environment
 from gangmesh.layout import Layout
@@ -56,10 +57,35 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and exit code 2."""
+    """An argument parser whose errors are one line and exit code 2; an unknown option is
+    named first (before a missing one), after the usage line, with the closest option."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is None:  # a command's own parser: every option is its own
+            self._refuse_unknown_options(given)
+        return super().parse_known_args(given, namespace)
+
+    def _refuse_unknown_options(self, given: list[str]) -> None:
+        known = [name for name in self._option_string_actions if name.startswith("--")]
+        for token in given:
+            if token == "--":
+                return
+            name = token.partition("=")[0]
+            if not name.startswith("--") or any(option.startswith(name) for option in known):
+                continue
+            valid = [option[2:].replace("-", "_") for option in known]
+            guess = closest(name[2:].replace("-", "_"), valid)
+            hint = f"; did you mean --{guess.replace('_', '-')}?" if guess else ""
+            self.exit(
+                USAGE_ERROR,
+                f"{self.format_usage()}{self.prog}: error: unknown option {name}{hint}\n",
+            )
 
 
 def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:

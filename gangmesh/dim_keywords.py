@@ -15,13 +15,18 @@ _R = TypeVar("_R")
 
 
 def closest(name: str, valid: list[str]) -> str | None:
-    """The valid keyword ``name`` most likely meant: the nearest spelling, or the one its
-    words' initials spell (``tensor_parallel`` -> ``tp``)."""
+    """The valid keyword ``name`` most likely meant: the nearest spelling, the one its
+    words' initials spell (``tensor_parallel`` -> ``tp``), or the parallel dimension its
+    one word names (``tensor`` -> ``tp``)."""
     near = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
     if near:
         return near[0]
-    initials = "".join(word[0] for word in name.split("_") if word)
-    return initials if initials in valid else None
+    words = [word for word in name.split("_") if word]
+    initials = "".join(word[0] for word in words)
+    if initials in valid:
+        return initials
+    dimension = f"{initials}p" if len(words) == 1 else ""
+    return dimension if dimension in valid else None
 
 
 def unknown_keyword_message(where: str, name: str, valid: list[str]) -> str:

@@ -67,6 +67,13 @@ def _read_torchrun(env: Mapping[str, str]) -> LaunchEnvironment:
     master_addr = env.get("MASTER_ADDR", "")
     if world_size > 1 and not master_addr:
         raise ValueError("MASTER_ADDR: not set; expected the address of rank 0 for WORLD_SIZE > 1")
+    if env.get("MASTER_PORT", "").strip() == "0":
+        raise ValueError(
+            "MASTER_PORT: expected a port >= 1, got 0: torchrun --master-port 0 hands its "
+            "workers port 0, not the port its store took, so no process can reach the store "
+            "(torch's own init_process_group fails there too); give torchrun a free port, or "
+            "use --standalone on one node or --rdzv-backend c10d --rdzv-endpoint HOST:PORT"
+        )
     master_port = _int_var(env, "MASTER_PORT", minimum=1, default=29500)
     return LaunchEnvironment(
         "torchrun",

@@ -62,6 +62,9 @@ def check_reduction(op: object, tensor: Tensor, name: str = "tensor") -> None:
 class GangError(RuntimeError):
     """A collective failed: a timeout, a dead peer or a backend error."""
 
+    culprits: tuple[int, ...] = ()
+    """Global ranks that broke the collective, where the job's failure reports name them."""
+
 
 class Gang(ABC):
     """A set of processes that run collective operations together.

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed import ProcessGroup
 
-from gangmesh import _backend, _c10d
+from gangmesh import _backend, _c10d, failure_reports
 from gangmesh._checks import InvalidTypeError
 from gangmesh._validate import Splits, normalized_device
 from gangmesh.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
@@ -188,4 +188,12 @@ class GroupGang(PlacedGang):
         raise GangError(f"{op}: {self.describe()} is closed")
 
     def _fail(self, op: str, cause: Exception, reason: str | None = None) -> NoReturn:
-        raise GangError(f"{op} failed on {self.describe()}: {reason or cause}") from cause
+        """Raise the GangError of failed collective ``op``, naming the rank that broke it
+        where the job's failure reports tell (read here only, after the failure)."""
+        found = failure_reports.explain(self._global_ranks, self._rank, self._timeout)
+        detail = reason or str(cause)
+        if found is not None and (found.culprits or (found.absent and reason is None)):
+            detail = f"{found} [{detail}]"  # a monitored barrier's own finding stays as it is
+        error = GangError(f"{op} failed on {self.describe()}: {detail}")
+        error.culprits = tuple(c.rank for c in found.culprits) if found is not None else ()
+        raise error from cause

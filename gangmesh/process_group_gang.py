@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh import default_group
+from gangmesh import default_group, failure_reports, last_words
 from gangmesh._checks import check_positive
 from gangmesh._exit import release_at_exit
 from gangmesh._validate import normalized_device
@@ -128,6 +128,7 @@ class ProcessGroupGang(GroupGang):
             high_priority=high_priority,
         )
         gang._owns_default_group = True
+        _open_failure_reports(world, gang.timeout)
         return gang
 
     @classmethod
@@ -149,7 +150,7 @@ class ProcessGroupGang(GroupGang):
         :raises RuntimeError: torch.distributed is not initialised.
         """
         world = default_group.running()
-        return cls(
+        gang = cls(
             world,
             device or default_group.device_of(world),
             name=ROOT,
@@ -157,6 +158,8 @@ class ProcessGroupGang(GroupGang):
             monitored=monitored,
             high_priority=high_priority,
         )
+        _open_failure_reports(world, gang.timeout)
+        return gang
 
     @classmethod
     def init_default_process_group(
@@ -274,6 +277,7 @@ class ProcessGroupGang(GroupGang):
         if lease is not None:
             lease.release()
         elif pg is not None and self._owns_default_group and dist.is_initialized():
+            failure_reports.close_channel()
             try:
                 dist.destroy_process_group()
             except (RuntimeError, ValueError) as ex:
@@ -318,3 +322,21 @@ class ProcessGroupGang(GroupGang):
             high_priority=self._high_priority,
             members=members,
         )
+
+
+def _open_failure_reports(world: ProcessGroup, timeout: timedelta) -> None:
+    """Let this process name the culprit when a collective fails, and be named if it is one
+    (not in a simulated world: the fake backend's ranks have no peers)."""
+    if dist.get_backend(world) == "fake":
+        return
+    try:
+        env = read_launch_environment()
+    except ValueError:
+        env = None
+    if env is None or env.master_port == 0:
+        log.debug("failure reports are off: no launcher's variables say where the store is")
+        return
+    failure_reports.open_channel(
+        world, (env.master_addr, env.master_port), dist.get_rank(), dist.get_world_size(), timeout
+    )
+    last_words.install()

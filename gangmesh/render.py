@@ -52,7 +52,9 @@ def plan_table(
     """A readable summary: sizes, group counts, the first groups, locality findings."""
     lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
     megatron = megatron_order(plan)
-    spelled = f" (Megatron-Core: {megatron})" if megatron else ""
+    spelled = (
+        f"; as Megatron-Core's order argument, innermost first: {megatron}" if megatron else ""
+    )
     lines.append(f"order {','.join(plan.order)}, outermost first{spelled}")
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):

@@ -128,8 +128,10 @@ def torchrun(
     *args: str,
     timeout: float = 180,
     env: dict[str, str] | None = None,
+    options: tuple[str, ...] = (),
 ) -> Run:
-    """Run ``script`` under torchrun with ``nproc`` local processes on 127.0.0.1."""
+    """Run ``script`` under torchrun with ``nproc`` local processes on 127.0.0.1 (and
+    torchrun's ``options``)."""
     path = Path(script)
     if not path.is_absolute():
         path = WORKERS / path
@@ -140,6 +142,7 @@ def torchrun(
         f"--nproc-per-node={nproc}",
         "--master-addr=127.0.0.1",
         f"--master-port={free_port()}",
+        *options,
         str(path),
         *args,
     ]

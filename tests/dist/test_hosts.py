@@ -165,6 +165,10 @@ def test_a_host_cut_mid_loop_ends_every_collective_within_the_timeout():
         if this_host().index == 0:
             assert step <= 4, "host0 stops at the step host1 no longer joins"
             assert waited >= TIMEOUT_S - 0.5, "host0 hears nothing: it waits out its timeout"
+            assert "gang ranks [2, 3] (global ranks [2, 3]) on host1 did not take part" in str(
+                failed.value
+            ), "host0 names host1's ranks"
+            assert "host host1 is unreachable or down" in str(failed.value)
     finally:
         if cutter:
             restore_host()

@@ -73,3 +73,11 @@ def test_an_exception_on_one_rank_still_fails_the_job_with_its_traceback():
     assert run.returncode != 0
     assert "Traceback" in run.output
     assert "RuntimeError: deliberate failure on rank 1" in run.output
+
+
+def test_torchrun_master_port_0_fails_at_once_saying_what_to_use():
+    # torchrun --master-port 0 hands its workers MASTER_PORT=0, not the port its store took.
+    run = torchrun("launch_env.py", 2, "unused", options=("--master-port=0",), timeout=120)
+    assert run.returncode != 0, run.output
+    assert "MASTER_PORT: expected a port >= 1, got 0: torchrun --master-port 0" in run.output
+    assert "--standalone" in run.output

@@ -244,8 +244,8 @@ def test_plans_print_the_megatron_spelling_only_of_orders_it_has(capsys):
     assert main([*args, "--order", "pp,dp_replicate,dp_shard,tp,cp"]) == 0
     out = capsys.readouterr().out
     assert (
-        "order pp,dp_replicate,dp_shard,tp,cp, outermost first (Megatron-Core: cp-tp-ep-dp-pp)"
-        in out
+        "order pp,dp_replicate,dp_shard,tp,cp, outermost first; as Megatron-Core's order argument, "
+        "innermost first: cp-tp-ep-dp-pp" in out
     )
     assert main([*args, "--order", "cp-tp-ep-dp-pp", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["megatron_order"] == "cp-tp-ep-dp-pp"
@@ -256,3 +256,34 @@ def test_plans_print_the_megatron_spelling_only_of_orders_it_has(capsys):
     assert f"order {split}, outermost first\n" in out and "Megatron-Core" not in out
     assert main([*args, "--order", split, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["megatron_order"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["plan", "--tensor", "2"],
+            "gangmesh plan: error: unknown option --tensor; did you mean --tp?",
+        ),
+        (
+            ["plan", "--world-size", "4", "--pipeline=2"],
+            "unknown option --pipeline; did you mean --pp?",
+        ),
+        (["plan", "--world-size", "4", "--dp-sharding", "2"], "did you mean --dp-shard?"),
+        (
+            ["check", "--nprocs", "4"],
+            "gangmesh check: error: unknown option --nprocs; did you mean --nproc?",
+        ),
+        (["plan", "--world-size", "4", "--wat"], "gangmesh plan: error: unknown option --wat\n"),
+    ],
+)
+def test_an_unknown_option_is_named_first_after_the_usage_line_with_the_closest(args, said):
+    run = run_cli(*args)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(f"usage: gangmesh {args[0]} [-h]"), run.stderr
+    assert said in run.stderr, run.stderr
+    assert "required" not in run.stderr, "the unknown option is named before a missing one"
+
+
+def test_an_abbreviated_option_still_counts_as_the_option():
+    assert main(["plan", "--world", "4", "--tp", "2"]) == 0

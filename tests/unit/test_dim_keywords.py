@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import gangmesh as gm
+from gangmesh.dim_keywords import closest
 
 
 @pytest.mark.parametrize(
@@ -43,3 +44,10 @@ def test_a_keyword_like_no_dimension_suggests_none():
 def test_a_size_of_the_wrong_type_is_a_type_error_naming_the_argument(size):
     with pytest.raises(TypeError, match=r"^tp: expected a positive int or -1, got "):
         gm.MeshTopology(8, tp=size)
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"), [("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("world", None)]
+)
+def test_one_word_naming_a_dimension_suggests_its_keyword(name, meant):
+    assert closest(name, ["pp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "etp"]) == meant

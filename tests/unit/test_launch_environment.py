@@ -63,6 +63,7 @@ def test_no_launcher_means_no_environment():
         ({"RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR: not set"),
         ({**TORCHRUN, "LOCAL_RANK": "4"}, "LOCAL_RANK"),
         ({**TORCHRUN, "MASTER_PORT": "port"}, "MASTER_PORT"),
+        ({**TORCHRUN, "MASTER_PORT": "0"}, "MASTER_PORT: expected a port >= 1, got 0: torchrun"),
         ({"SLURM_PROCID": "3", "SLURM_NTASKS": "2"}, "SLURM_PROCID"),
         (
             {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "x"},

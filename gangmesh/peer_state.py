@@ -1,0 +1,83 @@
+"""What became of a process on this host, read from /proc: gone, exited, killed or stopped.
+
+A survivor whose collective failed asks this of the peers that share its host; a peer
+killed by a signal or stopped cannot say so itself. Linux only; elsewhere nothing is known.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+_EXIT_CODE_FIELD = 52
+"""Field of /proc/PID/stat holding the exit status of a zombie, as waitpid reports it
+(Linux 3.5 on); the fields after the command's closing parenthesis start at field 3."""
+_START_TIME_FIELD = 22
+
+
+def _fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat from field 3 (the state) on; None where the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot; None where /proc does not tell."""
+    fields = _fields(pid)
+    if fields is None or len(fields) <= _START_TIME_FIELD - 3:
+        return None
+    return int(fields[_START_TIME_FIELD - 3])
+
+
+def started_at(pid: int) -> float:
+    """When process ``pid`` started, in seconds since the epoch (this host's clock); now
+    where /proc does not tell."""
+    ticks = start_time(pid)
+    try:
+        stat = Path("/proc/stat").read_text()
+        boot = next(int(line.split()[1]) for line in stat.splitlines() if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return time.time()
+    if ticks is None:
+        return time.time()
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def fate(pid: int, started: int | None) -> str | None:
+    """What happened to process ``pid`` (started at ``started``), in words; None while it runs.
+
+    A process of that pid that started at another time is another process: the one asked
+    about is gone.
+    """
+    fields = _fields(pid)
+    if fields is None:
+        return "is gone: it exited or was killed, and left no report"
+    if started is not None and start_time(pid) != started:
+        return "is gone: it exited or was killed, and left no report"
+    state = fields[0]
+    if state == "Z":
+        return _exit_status(fields)
+    if state in ("T", "t"):
+        return "is stopped (SIGSTOP, SIGTSTP or a debugger) and does not answer"
+    return None
+
+
+def _exit_status(fields: list[str]) -> str:
+    """How a zombie ended, from the exit status its stat shows."""
+    index = _EXIT_CODE_FIELD - 3
+    if len(fields) <= index:
+        return "has ended: it exited or was killed, and left no report"
+    status = int(fields[index])
+    signum = status & 0x7F
+    if signum:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"was killed by {name}"
+    return f"exited with code {status >> 8}"

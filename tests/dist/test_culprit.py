@@ -1,0 +1,102 @@
+"""Every survivor's GangError names the rank that broke the job, and torchrun agrees.
+
+A user's loop on 4 processes (tp = 2, timeout 10 s; workers/culprit.py) in which rank 3
+raises, exits, is SIGKILLed or SIGSTOPped at step 5: started without a launcher that watches
+them (as SLURM or a local launch starts them), and under torchrun. Host-level faults (a host
+cut off from the network) need the network-namespace host test bed and are not covered here.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+
+from tests.dist.launch import bare_processes, torchrun
+
+TIMEOUT = 10.0
+
+# What each survivor's error says about rank 3, per fault.
+FATES = {
+    "raise": r"raised ValueError: step 5: the loss is NaN \[",
+    "exit": r"exited with code 3|is gone: it exited or was killed",
+    "sigkill": r"was killed by SIGKILL|is gone: it exited or was killed",
+    "sigstop": r"is stopped \(SIGSTOP, SIGTSTP or a debugger\)",
+}
+
+
+def assert_names_rank_3(found: dict[int, dict], rank: int, fault: str) -> None:
+    """Rank ``rank``'s GangError names rank 3, how it broke, within the timeout + 5 s."""
+    error = found[rank]["error"]
+    assert found[rank]["culprits"] == [3], error
+    assert re.search(rf"global rank 3 on host \S+ \(pid {found[3]['pid']}\) ", error), error
+    assert re.search(FATES[fault], error), error
+    assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
+
+
+@pytest.mark.parametrize("fault", sorted(FATES))
+def test_every_survivor_names_the_rank_that_broke(tmp_path, fault):
+    run = bare_processes("culprit.py", 4, str(tmp_path), fault, timeout=150)
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    for rank in (0, 1, 2):
+        assert_names_rank_3(found, rank, fault)
+
+
+def test_a_rank_that_stays_out_is_named_as_not_taking_part(tmp_path):
+    # rank 3 lives but never enters the collective: nothing tells why, so each survivor names
+    # the members of its gang that did not report the failure too
+    run = bare_processes("culprit.py", 4, str(tmp_path), "stuck", timeout=150)
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    expected = {0: "gang ranks [3] (global ranks [3])", 1: "gang ranks [3] (global ranks [3])"}
+    expected[2] = "gang ranks [1] (global ranks [3])"
+    for rank in (0, 1, 2):
+        error = found[rank]["error"]
+        assert (
+            f"{expected[rank]} on {socket.gethostname()} did not take part and have not said why"
+            in error
+        ), error
+        assert found[rank]["culprits"] == [], error
+        assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
+
+
+@pytest.mark.parametrize("fault", ["raise", "sigstop"])
+def test_under_torchrun_every_survivor_that_raises_names_the_rank_that_broke(tmp_path, fault):
+    # torchrun SIGTERMs the survivors 0.1 s after the first process ends, so a survivor may be
+    # gone before its collective fails (after a SIGKILL, often all of them: then only
+    # torchrun's root cause, tested below, names rank 3). Rank 3's exit after an exception
+    # and the survivors' common timeout after a SIGSTOP leave at least one the time to raise.
+    run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150)
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    survivors = set(found) - {3}
+    assert 3 in found and survivors, run.output
+    for rank in survivors:
+        assert_names_rank_3(found, rank, fault)
+
+
+@pytest.mark.parametrize("fault", ["raise", "sigkill", "sigstop"])
+def test_under_torchrun_looking_every_5_s_every_survivor_names_the_rank_that_broke(tmp_path, fault):
+    # What docs/howto.rst tells users: with --monitor-interval 5 torchrun leaves the
+    # survivors the seconds they need to raise before it stops them.
+    run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150,
+                   options=("--monitor-interval=5",))  # fmt: skip
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    for rank in (0, 1, 2):
+        assert_names_rank_3(found, rank, fault)
+
+
+@pytest.mark.parametrize("fault", ["raise", "sigkill"])
+def test_torchrun_names_the_rank_that_broke_as_the_root_cause(tmp_path, fault):
+    run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150)
+    assert run.returncode != 0, run.output
+    root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
+    assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
+    if fault == "raise":
+        assert "ValueError: step 5: the loss is NaN" in root_cause, run.output

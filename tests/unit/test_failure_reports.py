@@ -1,0 +1,78 @@
+"""The job's failure reports: what an earlier attempt left is passed over, and a store that
+does not answer costs a survivor a few seconds, not its error."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from gangmesh import failure_reports
+from gangmesh.failure_reports import Channel
+
+
+@pytest.fixture(autouse=True)
+def no_line_left():
+    """Each test's store connections end with it."""
+    yield
+    failure_reports.shut_down()
+
+
+def served_store() -> dist.TCPStore:
+    return dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False, multi_tenant=True)
+
+
+def report_entry(rank: int, what: str, seconds: float) -> str:
+    entry = {"rank": rank, "host": "h1", "pid": 4242, "what": what, "seconds": seconds}
+    return json.dumps(entry) + "\n"
+
+
+def test_a_report_of_an_earlier_attempt_is_passed_over_and_one_of_this_attempt_named():
+    server = served_store()
+    line = failure_reports._line("127.0.0.1", server.port, timedelta(seconds=30))
+    channel = Channel(line, 0, 2)
+    # A rank of an earlier attempt (before this process started) reported itself.
+    server.append("gangmesh/failures/reports", report_entry(1, "raised OldError: gone", 1.0))
+    found = channel.explain([0, 1], 0, timedelta(seconds=0.2))
+    assert found.culprits == ()
+    assert found.absent == (1,) and found.absent_global == (1,)
+    # Rank 1 of this attempt reports itself: it is named, with what it raised.
+    server.append(
+        "gangmesh/failures/reports", report_entry(1, "raised ValueError: nan", time.time())
+    )
+    found = channel.explain([0, 1], 0, timedelta(seconds=0.2))
+    assert [str(c) for c in found.culprits] == [
+        "global rank 1 on host h1 (pid 4242) raised ValueError: nan"
+    ]
+
+
+def test_the_absent_ranks_host_is_named_and_called_silent_when_none_of_its_ranks_answers():
+    server = served_store()
+    line = failure_reports._line("127.0.0.1", server.port, timedelta(seconds=30))
+    channel = Channel(line, 0, 4)
+    now = time.time()
+    for rank, host in enumerate([channel.host, channel.host, "far", "far"]):
+        server.set(f"gangmesh/failures/rank/{rank}", json.dumps({"host": host, "seconds": now}))
+    server.set("gangmesh/failures/failed/1", str(now))  # rank 1 saw the failure too
+    found = channel.explain([0, 1, 2, 3], 0, timedelta(seconds=0.2))
+    assert found.absent == (2, 3) and found.absent_hosts == ("far",)
+    assert str(found).endswith(
+        "on far did not take part and have not said why; host far is unreachable or down: "
+        "none of its ranks in the gang answers"
+    )
+
+
+def test_a_store_that_does_not_answer_leaves_the_survivor_its_plain_error():
+    # A port that takes connections and never answers: the store's host is cut off.
+    mute = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = mute.getsockname()[1]
+        failure_reports.open_channel(object(), ("127.0.0.1", port), 0, 2, timedelta(seconds=3))
+        assert failure_reports.channel() is not None
+        assert failure_reports.explain([0, 1], 0, timedelta(seconds=0.5)) is None
+    finally:
+        mute.close()

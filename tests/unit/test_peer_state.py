@@ -1,0 +1,69 @@
+"""What /proc tells a survivor about a process on its host: running, stopped, killed, exited, gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from gangmesh import peer_state
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@pytest.fixture
+def child():
+    """A process that waits for its stdin to close; killed and reaped afterwards."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=30)
+
+
+def _until_ended(proc: subprocess.Popen) -> None:
+    """Wait until ``proc`` has ended without reaping it (it stays a zombie)."""
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+
+
+def test_a_running_process_has_no_fate(child):
+    assert peer_state.fate(child.pid, peer_state.start_time(child.pid)) is None
+
+
+def test_a_stopped_process_is_stopped(child):
+    started = peer_state.start_time(child.pid)
+    os.kill(child.pid, signal.SIGSTOP)
+    os.waitid(os.P_PID, child.pid, os.WSTOPPED | os.WNOWAIT)
+    assert peer_state.fate(child.pid, started) == (
+        "is stopped (SIGSTOP, SIGTSTP or a debugger) and does not answer"
+    )
+    os.kill(child.pid, signal.SIGCONT)
+
+
+def test_a_killed_process_names_the_signal(child):
+    started = peer_state.start_time(child.pid)
+    child.kill()
+    _until_ended(child)
+    assert peer_state.fate(child.pid, started) == "was killed by SIGKILL"
+
+
+def test_an_exited_process_names_its_exit_code():
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    started = peer_state.start_time(proc.pid)
+    _until_ended(proc)
+    try:
+        assert peer_state.fate(proc.pid, started) == "exited with code 3"
+    finally:
+        proc.wait(timeout=30)
+    assert peer_state.fate(proc.pid, started).startswith("is gone")
+
+
+def test_another_process_under_the_same_pid_is_not_the_one_asked_about(child):
+    started = peer_state.start_time(child.pid)
+    assert started is not None
+    assert peer_state.fate(child.pid, started + 1).startswith("is gone")
