@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 import gangmesh as gm
 from benchmarks.report import free_port, json_argument, print_table, write_json
-from gangmesh.check_report import parse_sizes
+from gangmesh.tools.check_report import parse_sizes
 
 LAYER_TITLE = "Gang call / raw torch.distributed call on the same group (fake backend, ABBA)"
 GLOO_TITLE = "Gang collectives vs raw torch.distributed on the same gloo group"
@@ -121,7 +121,7 @@ def abba_ratio(
 
 def layer_cost(pairs: int, iters: int = 40) -> list[dict[str, object]]:
     """Ratios on the fake backend: rank 1 of 4, the root gang and the sub-gang [2, 1, 3]."""
-    from gangmesh._c10d import ensure_fake_backend
+    from gangmesh.runtime._c10d import ensure_fake_backend
 
     ensure_fake_backend()
     root = gm.ProcessGroupGang.create_default_process_group(

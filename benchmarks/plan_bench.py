@@ -15,8 +15,8 @@ import argparse
 import numpy as np
 
 from benchmarks.report import best_of, json_argument, print_table, write_json
-from gangmesh.render import shown_dims
-from gangmesh.topology import DIM_NAMES, MeshTopology
+from gangmesh.plan.topology import DIM_NAMES, MeshTopology
+from gangmesh.tools.render import shown_dims
 
 TITLE = "MeshTopology: full plan (every group of every dimension, dp and dp_shard_cp; ep=8 too)"
 

@@ -34,7 +34,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 import gangmesh as gm
 from benchmarks.report import free_port, json_argument, median, print_table, write_json
-from gangmesh._c10d import ensure_fake_backend
+from gangmesh.runtime._c10d import ensure_fake_backend
 
 TITLE = "Gangs setup vs bare init_device_mesh of the same meshes (+ flattened dp)"
 COUNTS_TITLE = "Communicators per process: 256 ranks, pp 2, dp_replicate 2, dp_shard 4, cp 2, tp 8"

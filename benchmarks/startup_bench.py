@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import json_argument, median, print_table, write_json
-from gangmesh.render import plan_json
-from gangmesh.topology import MeshTopology
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.tools.render import plan_json
 
 TITLE = "Cold start: gangmesh plan vs python -c 'import numpy' (median of fresh processes)"
 SIZE_TITLE = "gangmesh plan --format json at 2**20 ranks (pp=8, tp=8, 8 ranks per node)"
@@ -31,9 +31,9 @@ def commands() -> dict[str, list[str]]:
     python = sys.executable
     runs = {
         "python -c 'import numpy'": [python, "-c", "import numpy"],
-        "python -m gangmesh.cli plan": [python, "-m", "gangmesh.cli", *PLAN],
-        "python -m gangmesh.cli plan --format svg": [
-            python, "-m", "gangmesh.cli", *PLAN, "--format", "svg", "--rank", "9",
+        "python -m gangmesh.tools.cli plan": [python, "-m", "gangmesh.tools.cli", *PLAN],
+        "python -m gangmesh.tools.cli plan --format svg": [
+            python, "-m", "gangmesh.tools.cli", *PLAN, "--format", "svg", "--rank", "9",
         ],
     }  # fmt: skip
     script = Path(python).parent / "gangmesh"

@@ -17,8 +17,8 @@ from sphinx.errors import PycodeError
 from sphinx.pycode import ModuleAnalyzer
 
 import gangmesh as gm
-from gangmesh.cli import help_text
-from gangmesh.cli import main as gangmesh_cli
+from gangmesh.tools.cli import help_text
+from gangmesh.tools.cli import main as gangmesh_cli
 
 project = "gangmesh"
 author = "the gangmesh developers"

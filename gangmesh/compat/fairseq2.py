@@ -18,16 +18,20 @@ of fairseq2 0.8.1 that are not.
 
 from torch import device as Device
 
-from gangmesh.aliases import setup_default_gang, setup_hybrid_fsdp_gangs, setup_parallel_gangs
-from gangmesh.current import maybe_get_current_gangs
-from gangmesh.environment import read_launch_environment
-from gangmesh.factories import create_fake_gangs, create_fsdp_gangs, create_parallel_gangs
-from gangmesh.fake_gang import FakeGang
-from gangmesh.gang import Gang, GangError, ReduceOperation
-from gangmesh.gangs import Gangs
-from gangmesh.ops import all_sum, broadcast_flag
-from gangmesh.process_group_gang import ProcessGroupGang
-from gangmesh.setup import setup_root_gang
+from gangmesh.assembly.aliases import (
+    setup_default_gang,
+    setup_hybrid_fsdp_gangs,
+    setup_parallel_gangs,
+)
+from gangmesh.assembly.current import maybe_get_current_gangs
+from gangmesh.assembly.factories import create_fake_gangs, create_fsdp_gangs, create_parallel_gangs
+from gangmesh.assembly.gangs import Gangs
+from gangmesh.assembly.setup import setup_root_gang
+from gangmesh.runtime.environment import read_launch_environment
+from gangmesh.runtime.fake_gang import FakeGang
+from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
+from gangmesh.runtime.ops import all_sum, broadcast_flag
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 __all__ = [
     "Device",

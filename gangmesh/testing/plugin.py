@@ -106,8 +106,8 @@ from gangmesh.testing.world import (
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
-    from gangmesh.gang import Gang
-    from gangmesh.gangs import Gangs
+    from gangmesh.assembly.gangs import Gangs
+    from gangmesh.runtime.gang import Gang
     from gangmesh.testing.forkserver import ForkServer
     from gangmesh.testing.pool import WorldPool
 
@@ -236,7 +236,7 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
 
     import torch
 
-    from gangmesh.process_group_gang import ProcessGroupGang
+    from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
     gang = ProcessGroupGang.create_default_process_group(
         torch.device("cpu"),

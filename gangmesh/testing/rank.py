@@ -184,7 +184,7 @@ def left_behind() -> str:
     what of the last test remains in this process: "" if nothing, else what (a gloo
     thread: a group an object of the test still holds; a Python thread; another process
     in this process's session; or that ``/proc`` cannot tell)."""
-    from gangmesh._exit import shut_everything_down
+    from gangmesh.runtime._exit import shut_everything_down
 
     shut_everything_down()
     tasks = Path("/proc/self/task")

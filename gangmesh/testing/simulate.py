@@ -9,11 +9,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gangmesh import _c10d
-from gangmesh._checks import check_index, check_positive
-from gangmesh.factories import create_gangs
-from gangmesh.gangs import Gangs
-from gangmesh.process_group_gang import ProcessGroupGang
+from gangmesh.assembly.factories import create_gangs
+from gangmesh.assembly.gangs import Gangs
+from gangmesh.plan._checks import check_index, check_positive
+from gangmesh.runtime import _c10d
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 
 @contextmanager

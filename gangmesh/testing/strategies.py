@@ -18,11 +18,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gangmesh._checks import check_positive
-from gangmesh.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, SIZE_NAMES, Dim
-from gangmesh.expert import borrowed_dims, order_rule_broken
-from gangmesh.layout import Layout, parse_order
-from gangmesh.topology import MeshTopology
+from gangmesh.plan._checks import check_positive
+from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, SIZE_NAMES, Dim
+from gangmesh.plan.expert import borrowed_dims, order_rule_broken
+from gangmesh.plan.layout import Layout, parse_order
+from gangmesh.plan.topology import MeshTopology
 
 try:
     from hypothesis import reject

@@ -54,13 +54,13 @@ PRELOAD = [
     "torch._dynamo",
     "gangmesh",
     # What a rank's first gang imports of gangmesh (the package loads its names on use).
-    "gangmesh.factories",
-    "gangmesh.setup",
+    "gangmesh.assembly.factories",
+    "gangmesh.assembly.setup",
 ]
 # What a new interpreter running an exit test (workers/exit_clean.py) has imported when it
 # ends: only what the script imports, so that its teardown is the one ``python script.py``
 # would have.
-EXIT_PRELOAD = ["torch", "gangmesh", "gangmesh.factories", "gangmesh.setup"]
+EXIT_PRELOAD = ["torch", "gangmesh", "gangmesh.assembly.factories", "gangmesh.assembly.setup"]
 
 
 @dataclass

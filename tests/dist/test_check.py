@@ -16,13 +16,15 @@ pytestmark = pytest.mark.dist
 
 
 def check(*args: str, timeout: float = 240):
-    """``python -m gangmesh.cli check args``, forked from the warm interpreter."""
-    return forked_module("gangmesh.cli", "check", *args, timeout=timeout)
+    """``python -m gangmesh.tools.cli check args``, forked from the warm interpreter."""
+    return forked_module("gangmesh.tools.cli", "check", *args, timeout=timeout)
 
 
 def check_in_new_interpreter(*args: str, timeout: float = 240):
     """The same as a new interpreter, whose command line names its arguments in /proc."""
-    return run_command([sys.executable, "-m", "gangmesh.cli", "check", *args], timeout=timeout)
+    return run_command(
+        [sys.executable, "-m", "gangmesh.tools.cli", "check", *args], timeout=timeout
+    )
 
 
 def processes_mentioning(marker: str) -> list[int]:
@@ -170,7 +172,7 @@ def test_under_torchrun_each_process_takes_part_as_its_rank():
     run = run_command(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
          "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-         "-m", "gangmesh.cli", "check", "--tp", "2", "--sizes", "8", "--iters", "2"],
+         "-m", "gangmesh.tools.cli", "check", "--tp", "2", "--sizes", "8", "--iters", "2"],
         timeout=180,
     )  # fmt: skip
     assert run.returncode == 0, run.output
@@ -193,7 +195,7 @@ def two_nodes(tmp_path, *args: str) -> tuple[list, dict]:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-nodes",
-        "-m", "gangmesh.cli", "check", *args, "--json", str(report), "--sizes", "8",
+        "-m", "gangmesh.tools.cli", "check", *args, "--json", str(report), "--sizes", "8",
         "--iters", "2", "--timeout", "60",
     ]  # fmt: skip
     runs: list = [None, None]

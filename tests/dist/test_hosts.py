@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import gangmesh as gm
-from gangmesh.record import layout_record
+from gangmesh.assembly.record import layout_record
 from gangmesh.testing.hosts import cut_host, restore_host, this_host
 from tests.unit.test_docs_examples_testing import EXAMPLES
 
@@ -82,7 +82,7 @@ def test_setup_from_slurm_variables_finds_host0_by_name(monkeypatch):
     }
     for name, value in slurm.items():
         monkeypatch.setenv(name, value)
-    from gangmesh.environment import read_launch_environment
+    from gangmesh.runtime.environment import read_launch_environment
 
     env = read_launch_environment()
     assert env is not None and (env.launcher, env.master_addr) == ("slurm", "host0")

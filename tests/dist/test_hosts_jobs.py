@@ -35,7 +35,7 @@ def bed():
 
 def test_gangmesh_check_under_torchrun_multi_node_passes_and_names_the_hosts(bed, tmp_path):
     report = tmp_path / "check.json"
-    run = torchrun_on_hosts(bed, 2, "-m", "gangmesh.cli", "check", "--tp", "2", "--sizes", "8",
+    run = torchrun_on_hosts(bed, 2, "-m", "gangmesh.tools.cli", "check", "--tp", "2", "--sizes", "8",
                             "--iters", "2", "--timeout", "60", "--json", str(report),
                             timeout=240)  # fmt: skip
     assert run.returncode == 0, run.output

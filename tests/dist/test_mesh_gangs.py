@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from gangmesh.mesh_build import BUILT_NAMES
-from gangmesh.topology import MeshTopology
+from gangmesh.assembly.mesh_build import BUILT_NAMES
+from gangmesh.plan.topology import MeshTopology
 from tests.dist.launch import every_rank_results
 
 pytestmark = pytest.mark.dist

@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import gangmesh as gm
-from gangmesh.environment import read_launch_environment
+from gangmesh.runtime.environment import read_launch_environment
 from gangmesh.testing import simulate_gangs
 
 CPU = torch.device("cpu")

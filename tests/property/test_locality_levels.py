@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gangmesh.cluster import Cluster, Site
+from gangmesh.plan.cluster import Cluster, Site
+from gangmesh.plan.topology import MeshTopology
 from gangmesh.testing.strategies import layouts
-from gangmesh.topology import MeshTopology
 
 
 def _factors(n: int) -> list[int]:

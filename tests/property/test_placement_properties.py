@@ -9,13 +9,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gangmesh import create_fsdp_gangs
-from gangmesh.cluster import Cluster, Site
-from gangmesh.dims import FACTS
-from gangmesh.locality import checked_dims
-from gangmesh.placement import host_order, place, placement_order, this_site
+from gangmesh.plan.cluster import Cluster, Site
+from gangmesh.plan.dims import FACTS
+from gangmesh.plan.locality import checked_dims
+from gangmesh.plan.placement import host_order, place, placement_order, this_site
+from gangmesh.plan.topology import MeshTopology
 from gangmesh.testing import simulate_gangs
 from gangmesh.testing.strategies import layouts
-from gangmesh.topology import MeshTopology
 
 ALL_DIMS = tuple(str(name) for name in FACTS)
 

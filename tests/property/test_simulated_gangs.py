@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gangmesh as gm
+from gangmesh.plan.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology
 from gangmesh.testing import simulate_gangs
 from gangmesh.testing.strategies import layouts, layouts_and_ranks
-from gangmesh.topology import DENSE_DIMS, EXPERT_DIMS, FLATTENED, MeshTopology
 
 MAX_WORLD = int(os.environ.get("GANGMESH_SIM_MAX_WORLD", "4096"))
 BUILT = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED)

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gangmesh as gm
-from gangmesh import _c10d
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime import _c10d
 from gangmesh.testing.strategies import layouts
-from gangmesh.topology import MeshTopology
 
 
 @dataclass(frozen=True)

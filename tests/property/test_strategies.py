@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
+from gangmesh.plan.topology import DENSE_DIMS, SHARED_DIMS, MeshTopology
 from gangmesh.testing.strategies import SIZE_CAP, layouts, layouts_and_ranks
-from gangmesh.topology import DENSE_DIMS, SHARED_DIMS, MeshTopology
 
 EVERY_SIZE = (*DENSE_DIMS, "ep", "etp")
 SEARCH = settings(max_examples=2000, database=None)

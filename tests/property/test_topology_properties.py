@@ -8,15 +8,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gangmesh.layout import Layout
-from gangmesh.testing.strategies import layouts, layouts_and_ranks
-from gangmesh.topology import (
+from gangmesh.plan.layout import Layout
+from gangmesh.plan.topology import (
     DENSE_DIMS,
     EXPERT_DIMS,
     FLATTENED,
     SHARED_DIMS,
     MeshTopology,
 )
+from gangmesh.testing.strategies import layouts, layouts_and_ranks
 
 EVERY_NAME = (*DENSE_DIMS, *EXPERT_DIMS, *FLATTENED, "rdp", "sdp")
 ANY_LAYOUT = layouts(max_world_size=2**16, orders=True)

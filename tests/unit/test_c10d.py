@@ -1,6 +1,6 @@
 """The torch internals gangmesh relies on behave as it expects, on this torch version.
 
-Each test pins one helper of gangmesh._c10d (or gangmesh._backend) to what torch does, so
+Each test pins one helper of gangmesh.runtime._c10d (or gangmesh.runtime._backend) to what torch does, so
 that a torch release that moves them fails here, not as a hang in a multi-process job.
 """
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gangmesh import _backend, _c10d
-from gangmesh.gang import ReduceOperation
+from gangmesh.runtime import _backend, _c10d
+from gangmesh.runtime.gang import ReduceOperation
 
 
 @pytest.fixture

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from gangmesh.check_command import COLLECTIVE_FAILED, failure_report
-from gangmesh.check_report import (
+from gangmesh.plan.cluster import Site
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.tools.check_command import COLLECTIVE_FAILED, failure_report
+from gangmesh.tools.check_report import (
     CHECKED_GANGS,
     GangReport,
     Placement,
@@ -11,9 +13,7 @@ from gangmesh.check_report import (
     stragglers,
     summarize,
 )
-from gangmesh.cluster import Site
-from gangmesh.launch import WorkerExit
-from gangmesh.topology import MeshTopology
+from gangmesh.tools.launch import WorkerExit
 
 
 def reports_of(plan: MeshTopology, sizes: list[int], iters: int) -> list[list[GangReport]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gangmesh.cli import main
+from gangmesh.tools.cli import main
 
 EP_ACROSS_DOMAINS = ["plan", "--world-size", "1152", "--pp", "2", "--ep", "16", "--tp", "4",
                      "--etp", "4", "--ranks-per-node", "4", "--hosts-per-domain", "18"]  # fmt: skip

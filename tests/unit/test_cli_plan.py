@@ -10,13 +10,16 @@ import sys
 import pytest
 
 import gangmesh
-from gangmesh.cli import build_parsers, help_text, main
-from gangmesh.topology import MeshTopology
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.tools.cli import build_parsers, help_text, main
 
 
 def run_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "gangmesh.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gangmesh.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -189,7 +192,7 @@ import atexit, runpy, sys
 loaded = lambda: sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy"))
 atexit.register(lambda: print("modules at exit:", *[m for m in loaded() if "." not in m]))
 sys.argv[0] = "gangmesh"
-runpy.run_module("gangmesh.cli", run_name="__main__")
+runpy.run_module("gangmesh.tools.cli", run_name="__main__")
 """
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gangmesh as gm
-from gangmesh.dim_keywords import closest
+from gangmesh.plan.dim_keywords import closest
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ import json
 import pytest
 
 import gangmesh as gm
-from gangmesh import dims
-from gangmesh.dims import FACTS, Dim
+from gangmesh.plan import dims
+from gangmesh.plan.dims import FACTS, Dim
+from gangmesh.plan.topology import MeshTopology
 from gangmesh.testing import simulate_gangs
-from gangmesh.topology import MeshTopology
 
 
 def test_a_dimension_is_its_name_wherever_a_string_is():

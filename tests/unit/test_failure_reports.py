@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from gangmesh import failure_reports
-from gangmesh.failure_reports import Channel
+from gangmesh.runtime import failure_reports
+from gangmesh.runtime.failure_reports import Channel
 
 
 @pytest.fixture(autouse=True)

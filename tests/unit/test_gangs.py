@@ -12,9 +12,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 import gangmesh as gm
-from gangmesh.factories import create_gangs_from_layout
-from gangmesh.layout import Layout
-from gangmesh.mesh_build import BUILT_NAMES
+from gangmesh.assembly.factories import create_gangs_from_layout
+from gangmesh.assembly.mesh_build import BUILT_NAMES
+from gangmesh.plan.layout import Layout
 from gangmesh.testing import simulate_gangs
 
 CPU = torch.device("cpu")

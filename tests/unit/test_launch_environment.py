@@ -2,7 +2,7 @@
 
 import pytest
 
-from gangmesh.environment import first_host, read_launch_environment
+from gangmesh.runtime.environment import first_host, read_launch_environment
 
 TORCHRUN = {
     "RANK": "5",

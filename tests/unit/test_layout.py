@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from gangmesh.dims import DENSE_DIMS
-from gangmesh.layout import Layout, parse_order
-from gangmesh.rendezvous import _normalized
-from gangmesh.topology import MeshTopology
+from gangmesh.assembly.rendezvous import _normalized
+from gangmesh.plan.dims import DENSE_DIMS
+from gangmesh.plan.layout import Layout, parse_order
+from gangmesh.plan.topology import MeshTopology
 
 
 def test_a_layout_keeps_what_was_asked_and_resolves_it_against_a_world():

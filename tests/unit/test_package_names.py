@@ -24,9 +24,12 @@ def test_every_public_name_loads_and_star_import_gives_exactly_those():
     exec("from gangmesh import *", namespace)
     assert sorted(name for name in namespace if name != "__builtins__") == gm.__all__
     assert set(gm.__all__) <= set(dir(gm))
-    assert gm.Gangs.__module__ == "gangmesh.gangs" and gm.testing.__name__ == "gangmesh.testing"
+    assert (
+        gm.Gangs.__module__ == "gangmesh.assembly.gangs"
+        and gm.testing.__name__ == "gangmesh.testing"
+    )
     assert gm.setup_parallel_gangs is gm.create_parallel_gangs
-    assert gm.maybe_get_current_gangs.__module__ == "gangmesh.current"
+    assert gm.maybe_get_current_gangs.__module__ == "gangmesh.assembly.current"
 
 
 def test_an_unknown_name_is_an_attribute_error():

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gangmesh.cli import main
-from gangmesh.topology import MeshTopology
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.tools.cli import main
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 HSDP = ["--world-size", "16", "--tp", "2", "--dp-replicate", "2"]
@@ -202,7 +202,7 @@ def test_a_world_drawn_whole_has_no_overview(tmp_path):
 
 
 def test_group_colours_stay_distinct():
-    from gangmesh.svg_shapes import colour_of
+    from gangmesh.tools.svg_shapes import colour_of
 
     colours = [colour_of(group) for group in range(512)]
     assert len(set(colours)) == len(colours)

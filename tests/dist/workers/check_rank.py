@@ -2,6 +2,6 @@
 
 import sys
 
-from gangmesh.cli import main
+from gangmesh.tools.cli import main
 
 sys.exit(main(["check", *sys.argv[1:]]))

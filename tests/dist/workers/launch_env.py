@@ -6,7 +6,7 @@ import torch
 from common import write_results
 
 import gangmesh as gm
-from gangmesh.environment import read_launch_environment
+from gangmesh.runtime.environment import read_launch_environment
 
 env = read_launch_environment()
 assert env is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (imported, as it is where gangmesh check launches its workers)
 
-from gangmesh.launch import run_local_workers
+from gangmesh.tools.launch import run_local_workers
 
 OUT = Path(sys.argv[1])
 

@@ -13,9 +13,9 @@ import torch.distributed as dist
 from common import write_results
 
 import gangmesh as gm
-import gangmesh._c10d
-from gangmesh._c10d import group_timeout
-from gangmesh.mesh_build import BUILT_NAMES
+import gangmesh.runtime._c10d
+from gangmesh.assembly.mesh_build import BUILT_NAMES
+from gangmesh.runtime._c10d import group_timeout
 
 TIMEOUT = timedelta(seconds=77)
 LAYOUTS: dict[str, dict[str, object]] = {
@@ -121,7 +121,7 @@ def main() -> None:
     for name in calls:
         setattr(dist, name, counted(getattr(dist, name), name, calls))
     if sys.argv[2:] == ["split"]:
-        gangmesh._c10d.splits_new_groups = lambda backend: True
+        gangmesh.runtime._c10d.splits_new_groups = lambda backend: True
     root = gm.setup_root_gang(timeout=timedelta(seconds=60))
     me = root.rank
     results: dict[str, object] = {"calls": calls}

@@ -14,7 +14,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import gangmesh as gm
-from gangmesh.placement import this_site
+from gangmesh.plan.placement import this_site
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "docs" / "examples"))
 from toy_model import check_sharded, compare, make_model, reference_losses, train_data_parallel

@@ -1,0 +1,284 @@
+"""The ways to make a Gangs: from a layout, fairseq2's data/tensor split, FSDP/HSDP, one process."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gangmesh.assembly import mesh_build
+from gangmesh.assembly.gangs import Gangs
+from gangmesh.assembly.rendezvous import LayoutAgreement
+from gangmesh.plan._checks import InvalidTypeError, check_positive, check_timeout
+from gangmesh.plan.cluster import Site
+from gangmesh.plan.dim_keywords import check_keywords
+from gangmesh.plan.dims import DENSE_DIMS, SIZE_NAMES
+from gangmesh.plan.layout import Layout
+from gangmesh.plan.placement import place, this_site
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime.fake_gang import FakeGang
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
+from gangmesh.runtime.ops import all_gather_objects
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
+
+log = logging.getLogger("gangmesh")
+
+
+@check_keywords
+def create_gangs(
+    root_gang: Gang,
+    *,
+    pp: int = 1,
+    dp_replicate: int = 1,
+    dp_shard: int = -1,
+    cp: int = 1,
+    tp: int = 1,
+    ep: int = 1,
+    etp: int = 1,
+    order: str | tuple[str, ...] | list[str] | None = None,
+    expert: bool = False,
+    timeout: timedelta | None = None,
+    placement: bool | Sequence[Site] | None = None,
+) -> Gangs:
+    """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
+
+    The dense mesh has the dimensions pp, dp_replicate, dp_shard, cp and tp,
+    outermost first unless ``order`` says otherwise; ``Gangs.meshes`` adds meshes
+    with dimensions merged ("dp_shard_cp", "dp_cp", "dp"), the expert mesh ("pp",
+    "dp_replicate", "efsdp", "ep", "etp") and "edp" over the same processes (where
+    the job uses experts: ep or etp above 1, or ``expert``), all over the gangs'
+    groups. Exactly one size may be -1 (inferred). With ``placement`` the mesh is
+    laid over the ranks so that its innermost dimensions stay inside a host, then an
+    NVLink domain, then a rack, whatever order the launcher numbered them in (see
+    :mod:`gangmesh.plan.placement`); ``gangs.plan`` knows the permutation. ``timeout``
+    (default: the root gang's) is the timeout of every group created; the root's
+    ``monitored`` and ``high_priority`` reach every gang. Gangs with the same
+    members share one communicator; a dimension of size 1 has none.
+
+    Every process of the root gang calls it with the same arguments. With a
+    FakeGang root of size N it returns the FakeGangs of the plan instead.
+
+    :param root_gang: the gang of every process, from :func:`setup_root_gang`.
+    :param pp: pipeline parallel size (stages).
+    :param dp_replicate: replicated data parallel size (the replicas of HSDP).
+    :param dp_shard: sharded data parallel size (FSDP); -1 infers it.
+    :param cp: context parallel size.
+    :param tp: tensor parallel size.
+    :param ep: expert parallel size.
+    :param etp: tensor parallel size of the experts: 1 or ``tp``.
+    :param order: the dense dimensions, outermost first, as a sequence or a
+        comma-separated string.
+    :param expert: build the expert gangs and meshes at ep = 1 and etp = 1 too, for a
+        mixture of experts without expert parallelism (efsdp = dp_shard x cp x tp, edp).
+        Without it (and with ep = etp = 1) ``gangs.efsdp`` and ``gangs.edp`` are
+        stand-ins that raise on use (UnbuiltGang), and no expert mesh is made.
+    :param timeout: timeout of every group created; default: the root gang's.
+    :param placement: True: every process reports its site
+        (:func:`gangmesh.plan.placement.this_site`: ``GANGMESH_HOST`` or the hostname, and
+        ``GANGMESH_DOMAIN``, ``GANGMESH_RACK``, ``SLURM_TOPOLOGY_ADDR``) in one
+        all_gather on the root gang before any group is created; a sequence: the
+        :class:`~gangmesh.plan.cluster.Site` of each global rank, the same on every
+        process; None or False: ranks keep the launcher's numbering.
+    :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
+        the expert view broken, or a root gang that is not the default group's.
+    :raises GangError: a process group cannot be created.
+    """
+    args = locals()
+    _check_root(root_gang)
+    sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
+    try:
+        layout = Layout(**sizes, order=order, expert=expert)
+    except ValueError as ex:
+        # Peers learn of the request that failed here instead of waiting for it.
+        others = {"timeout": timeout, "placement": _asked(placement)}
+        asked = {**sizes, "order": order, "expert": expert}
+        LayoutAgreement(root_gang, asked, **others).leave_request()
+        raise _with_hint(ex, root_gang.size, _wanted(sizes[name] for name in DENSE_DIMS)) from None
+    return _create(root_gang, layout, timeout, placement)
+
+
+def create_gangs_from_layout(
+    root_gang: Gang,
+    layout: Layout,
+    *,
+    timeout: timedelta | None = None,
+    placement: bool | Sequence[Site] | None = None,
+) -> Gangs:
+    """Build the gangs of a checked :class:`~gangmesh.plan.layout.Layout`.
+
+    As :func:`~gangmesh.create_gangs` builds those of its sizes and order, without
+    checking the layout again.
+
+    :param root_gang: the gang of every process, from :func:`~gangmesh.setup_root_gang`.
+    :param layout: the sizes and order asked for.
+    :param timeout: timeout of every group created; default: the root gang's.
+    :param placement: as :func:`~gangmesh.create_gangs` takes it.
+    :raises ValueError: as :func:`~gangmesh.create_gangs` does.
+    :raises GangError: a process group cannot be created.
+    """
+    _check_root(root_gang)
+    return _create(root_gang, layout, timeout, placement)
+
+
+def _check_root(root_gang: Gang) -> None:
+    """:raises ValueError: ``root_gang`` is not a Gang, or not the default group's."""
+    if not isinstance(root_gang, Gang):
+        raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
+    if root_gang.supports_process_group and (
+        not isinstance(root_gang, ProcessGroupGang)
+        or root_gang.as_process_group() is not dist.group.WORLD
+    ):
+        raise ValueError(
+            f"root_gang: expected the gang of the default process group "
+            f"(size {dist.get_world_size()}), got {root_gang.describe()}"
+        )
+
+
+def _create(
+    root_gang: Gang,
+    layout: Layout,
+    timeout: timedelta | None,
+    placement: bool | Sequence[Site] | None,
+) -> Gangs:
+    """The gangs of ``layout`` over a checked root gang, once every process asked for it."""
+    agreeing = LayoutAgreement(root_gang, layout, timeout=timeout, placement=_asked(placement))
+    try:
+        plan = _plan(root_gang.size, layout)
+        timeout = check_timeout(timeout)
+        sites = _sites(placement, root_gang.size)
+    except ValueError:
+        agreeing.leave_request()
+        raise
+    if not isinstance(root_gang, ProcessGroupGang):
+        plan = place(plan, sites) if sites else plan
+        return Gangs._of(root_gang, plan, mesh_build.fake_gangs(root_gang, plan), timeout)
+    timeout = timeout or root_gang.timeout or DEFAULT_TIMEOUT
+    agreeing.wait(timeout)
+    if placement is True:
+        sites = all_gather_objects(root_gang, this_site())
+    if sites:
+        plan = place(plan, sites)
+        log.info("Placing %s by where its ranks run", plan)
+    log.info("Creating gangs %s", plan)
+    return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
+
+
+def _asked(placement: object) -> object:
+    """What the processes must agree on about ``placement``."""
+    if placement is None or isinstance(placement, bool):
+        return bool(placement)
+    if isinstance(placement, Sequence) and not isinstance(placement, str):
+        return [list(dataclasses.astuple(s)) if isinstance(s, Site) else repr(s) for s in placement]
+    return repr(placement)
+
+
+def _sites(placement: object, world_size: int) -> list[Site]:
+    """The sites given as ``placement``; empty for None, False and True (gathered later).
+
+    :raises ValueError: ``placement`` is neither a bool nor one Site per rank.
+    """
+    if placement is None or isinstance(placement, bool):
+        return []
+    if (
+        not isinstance(placement, Sequence)
+        or isinstance(placement, str)
+        or len(placement) != world_size
+        or not all(isinstance(s, Site) for s in placement)
+    ):
+        raise ValueError(
+            f"placement: expected True, False, None or a gangmesh.Site for each of the "
+            f"{world_size} ranks, got {placement!r:.200}"
+        )
+    return list(placement)
+
+
+def _plan(world_size: int, layout: Layout) -> MeshTopology:
+    """The plan; in a job of one process a failure says how to start more."""
+    try:
+        return MeshTopology.from_layout(world_size, layout)
+    except ValueError as ex:
+        wanted = _wanted(layout.size(name) for name in DENSE_DIMS)
+        raise _with_hint(ex, world_size, wanted) from None
+
+
+def _wanted(dense: Iterable[object]) -> int:
+    """The processes that the dense sizes asked for need (a -1 left out)."""
+    return math.prod(size for size in dense if isinstance(size, int) and size > 1)
+
+
+def _with_hint(error: ValueError, world_size: int, wanted: int) -> ValueError:
+    """``error``, saying how to start ``wanted`` processes where the job has one."""
+    if world_size == 1 and wanted > 1:
+        return ValueError(
+            f"{error}; this job has one process: run it under torchrun --nproc-per-node "
+            f"{wanted} (or srun -n {wanted})"
+        )
+    return error
+
+
+def create_parallel_gangs(root_gang: Gang, *, tp_size: int = 1) -> Gangs:
+    """Data and tensor parallel gangs: tp groups of ``tp_size`` adjacent ranks.
+
+    For 8 processes and ``tp_size=2``: tp [0,1] [2,3] [4,5] [6,7] and dp
+    [0,2,4,6] [1,3,5,7]. Data parallelism is replicated (rdp = dp, sdp of size
+    1) until :func:`create_fsdp_gangs` splits it.
+
+    :param root_gang: the gang of every process.
+    :param tp_size: the tensor parallel size.
+    :raises ValueError: ``tp_size`` is not a positive factor of the root size
+        (in a job of one process, saying how to start more).
+    """
+    tp_size = check_positive("tp_size", tp_size)
+    if root_gang.size % tp_size:
+        error = ValueError(
+            f"tp_size: expected a factor of root_gang.size ({root_gang.size}), got {tp_size}"
+        )
+        raise _with_hint(error, root_gang.size, tp_size)
+    return create_gangs(root_gang, dp_replicate=-1, dp_shard=1, tp=tp_size)
+
+
+def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs:
+    """Split the data parallel gang for FSDP (no ``intra_node_size``) or HSDP.
+
+    Without ``intra_node_size``: sdp = dp and rdp has size 1 (fully sharded).
+    With it: sdp groups of ``intra_node_size`` consecutive dp ranks, rdp groups
+    strided by it; for 8 processes and 4: sdp [0,1,2,3] [4,5,6,7], rdp [0,4]
+    [1,5] [2,6] [3,7]. Gangs that placement laid out are placed again, over the same
+    sites. Works with any tp size, on gloo and NCCL. Returns new
+    Gangs; tp, pp, cp and the expert layout keep theirs, and share the groups of
+    ``gangs`` where the members are the same.
+
+    :param gangs: the gangs to split the data parallel gang of.
+    :param intra_node_size: the sharded (sdp) size for HSDP; None for FSDP.
+    :raises ValueError: ``intra_node_size`` does not divide ``gangs.dp.size``
+        (in a job of one process, saying how to start more).
+    """
+    dp_size = gangs.dp.size
+    if intra_node_size is None:
+        replicate, shard = 1, dp_size
+    else:
+        shard = check_positive("intra_node_size", intra_node_size)
+        if dp_size % shard:
+            error = ValueError(
+                f"intra_node_size: expected a factor of gangs.dp.size ({dp_size}), got {shard}"
+            )
+            raise _with_hint(error, gangs.root.size, shard)
+        replicate = dp_size // shard
+    layout = dataclasses.replace(gangs.plan.layout, dp_replicate=replicate, dp_shard=shard)
+    sites = list(gangs.plan.sites) or None
+    return create_gangs_from_layout(gangs.root, layout, timeout=gangs.timeout, placement=sites)
+
+
+def create_fake_gangs(device: torch.device) -> Gangs:
+    """Gangs of one process (FakeGangs of size 1) on ``device``.
+
+    :param device: where the tensors passed to the collectives live.
+    """
+    gang = FakeGang(device)
+    return Gangs(root=gang, dp=gang, rdp=gang, sdp=gang, tp=gang, pp=gang)

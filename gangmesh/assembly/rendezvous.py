@@ -1,0 +1,357 @@
+"""Where the processes of a job meet: the launcher's store, a namespace per attempt and setup,
+and meetings that say who did not arrive and who asked for something else.
+
+torchrun keeps its agent's store across restarts, so the keys an earlier attempt wrote
+(addresses of processes that are gone) stay in it; a new attempt that read them would
+connect to dead ports. gangmesh therefore meets under ``gangmesh/setup<E>/``, where E is
+a number every process of one setup agrees on and no earlier setup used: rank 0 draws it
+from a counter in the store and announces it until every process has taken it; each other
+process takes the first announcement made after it asked, which only a live rank 0 can
+have made (every process of an attempt has ended before torchrun starts the next).
+torchrun's TORCHELASTIC_RESTART_COUNT cannot serve: each node's agent counts its own
+restarts, and a node whose processes were healthy restarts them with its count unchanged.
+The TCP connection to the store is made once per process and kept, so setting up again
+needs no new port.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+import time
+import weakref
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+from gangmesh.plan.layout import Layout
+from gangmesh.runtime import _c10d
+from gangmesh.runtime.environment import LaunchEnvironment
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
+
+log = logging.getLogger("gangmesh")
+
+_connections: dict[tuple[str, int, int, bool], Store] = {}
+_job: tuple[Store, LaunchEnvironment, weakref.ref[ProcessGroup] | None] | None = None
+"""The store of gangmesh's last setup, its environment, and the default group it started
+(held weakly: the group's threads must end when its owner lets it go)."""
+_meetings: tuple[object, int] = (None, 0)
+
+
+def job_store(env: LaunchEnvironment, timeout: timedelta) -> Store:
+    """The store this setup of the job meets in (see the module docstring).
+
+    :raises GangError: the store does not answer within ``timeout``.
+    """
+    global _job
+    deadline = time.monotonic() + timeout.total_seconds()
+    key = (env.master_addr, env.master_port, env.rank, env.agent_store)
+    base = _connections.get(key)
+    if base is None:
+        base = _connections[key] = _connect(env, timeout)
+    try:
+        if env.rank == 0:
+            setup = _announce_setup(base, env, deadline)
+        else:
+            setup = _take_setup(base, env, deadline)
+    except (RuntimeError, ConnectionError) as ex:
+        raise GangError(
+            f"rank {env.rank}: no setup number from rank 0 within the timeout through the "
+            f"job's store at {env.master_addr}:{env.master_port} ({ex}); rank 0 is gone or "
+            "did not start setup_root_gang"
+        ) from ex
+    log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
+    store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]
+    _job = (store, env, None)
+    return store
+
+
+def _announce_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int:
+    """Rank 0: draw a new setup number and announce it until every process took it (or
+    the deadline passed: the meeting that follows names who did not come)."""
+    setup: int = base.add("gangmesh/setups", 1)
+    taken = f"gangmesh/setup{setup}/taken"
+    pause = 0.002
+    while base.add(taken, 0) < env.world_size - 1 and time.monotonic() < deadline:
+        announcement = base.add("gangmesh/announcements", 1)
+        base.set(f"gangmesh/announcement{announcement}", str(setup))
+        # A plain pause: after store waits that time out, torch's client was seen to
+        # read later answers out of step.
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.2)
+    return setup
+
+
+def _take_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int:
+    """Another rank: the setup number of the first announcement after this call asked."""
+    after: int = base.add("gangmesh/announcements", 0)
+    announcement = f"gangmesh/announcement{after + 1}"
+    base.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
+    setup = int(base.get(announcement))
+    taken = f"gangmesh/setup{setup}/taken"
+    base.add(taken, 1)
+    return setup
+
+
+def started_with(store: Store) -> None:
+    """Record that the current default group was started with ``store``."""
+    global _job
+    if _job is not None and _job[0] is store:
+        world = dist.group.WORLD
+        _job = (store, _job[1], None if world is None else weakref.ref(world))
+
+
+def _current_job() -> tuple[Store, LaunchEnvironment] | None:
+    """gangmesh's job store and environment, if the current default group was started with it."""
+    if _job is None or _job[2] is None:
+        return None
+    world = _job[2]()
+    if world is None or world is not dist.group.WORLD:
+        return None
+    return _job[0], _job[1]
+
+
+def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
+    """A TCP store client, or the server on rank 0 when torchrun's agent hosts none."""
+    serves = env.rank == 0 and not env.agent_store
+    deadline = time.monotonic() + timeout.total_seconds()
+    where = f"{env.master_addr}:{env.master_port}"
+    if not serves:
+        _wait_for_server(env, deadline)
+    try:
+        return dist.TCPStore(  # type: ignore[attr-defined]
+            env.master_addr,
+            env.master_port,
+            env.world_size,
+            serves,
+            timeout=timedelta(seconds=max(1.0, deadline - time.monotonic())),
+            wait_for_workers=False,
+            multi_tenant=True,
+        )
+    except (RuntimeError, ValueError) as ex:
+        role = "serve" if serves else "reach"
+        raise GangError(
+            f"rank {env.rank} could not {role} the job's store at {where}: {ex}"
+        ) from ex
+
+
+def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:
+    """Return once the store's server accepts connections; GangError at the deadline.
+
+    A host that drops packets can hold a plain connect for minutes; short attempts keep
+    the wait within the configured timeout.
+    """
+    who = "torchrun's agent" if env.agent_store else "rank 0"
+    where = f"{env.master_addr}:{env.master_port}"
+    try:
+        socket.getaddrinfo(env.master_addr, env.master_port)
+    except OSError as ex:
+        raise GangError(
+            f"rank {env.rank}: the address of {who}, {env.master_addr!r} (MASTER_ADDR or the "
+            f"first SLURM host), cannot be resolved: {ex}"
+        ) from ex
+    pause = 0.05
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GangError(
+                f"rank {env.rank}: the job's store at {where}, served by {who}, did not answer "
+                f"within the timeout; check MASTER_ADDR/MASTER_PORT, and that {who} is running"
+            )
+        try:
+            with socket.create_connection((env.master_addr, env.master_port), min(1.0, left)):
+                return
+        except OSError:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))  # retry back-off
+            pause = min(pause * 2, 1.0)
+
+
+def meet(
+    store: Store,
+    topic: str,
+    rank: int,
+    world_size: int,
+    request: dict[str, Any],
+    timeout: timedelta,
+    *,
+    wait: bool = True,
+    left: timedelta | None = None,
+) -> dict[int, dict[str, Any]] | None:
+    """Every process of the job calls it with what it asks for: None if they all asked the
+    same, else rank -> request. With ``wait=False`` this process only leaves its request
+    (a process about to fail still shows the others what it asked for); ``left`` is what
+    remains of ``timeout`` when part of it was spent before (default: all of it).
+
+    :raises GangError: some ranks did not arrive within ``timeout`` (they are named, with
+        their hosts where known), or the store is gone.
+    """
+    prefix = f"meet/{topic}/"
+    text = json.dumps(request)
+    canonical = json.dumps(request, sort_keys=True).encode()
+    digest = hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:16]
+    try:
+        store.set(f"{prefix}{rank}", text)
+        store.set(f"host/{rank}", socket.gethostname())
+        store.add(f"{prefix}same/{digest}", 1)
+        if store.add(f"{prefix}arrived", 1) == world_size:
+            store.set(f"{prefix}all", "1")
+        if not wait:
+            return None
+        try:
+            store.wait([f"{prefix}all"], timeout if left is None else left)
+        except RuntimeError as ex:
+            raise GangError(_absentees(store, prefix, _label(topic), world_size, timeout)) from ex
+        if store.add(f"{prefix}same/{digest}", 0) == world_size:
+            return None
+        texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
+    except (RuntimeError, ConnectionError) as ex:
+        if isinstance(ex, GangError):
+            raise
+        raise GangError(
+            f"{_label(topic)}: the job's store does not answer ({ex}); {_server()}"
+        ) from ex
+    return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
+
+
+def _label(topic: str) -> str:
+    """The name of a meeting in messages: its topic without the count."""
+    return topic.partition("#")[0]
+
+
+def _absentees(store: Store, prefix: str, topic: str, world_size: int, timeout: timedelta) -> str:
+    missing = [r for r in range(world_size) if not store.check([f"{prefix}{r}"])]
+    named = []
+    for r in missing[:16]:
+        host = store.get(f"host/{r}").decode() if store.check([f"host/{r}"]) else None
+        named.append(f"rank {r}" + (f" on {host}" if host else ""))
+    more = f" and {len(missing) - 16} more" if len(missing) > 16 else ""
+    gone = "; rank 0 is among them" if 0 in missing else ""
+    return (
+        f"{topic}: {', '.join(named)}{more} did not arrive within "
+        f"{timeout.total_seconds():g} s{gone}"
+    )
+
+
+def _server() -> str:
+    job = _current_job()
+    if job is not None and not job[1].agent_store:
+        env = job[1]
+        return f"rank 0 serves it at {env.master_addr}:{env.master_port}, so rank 0 is gone"
+    return "its server is gone"
+
+
+def default_group_store() -> Store:
+    """The store of the current default group: the job store of gangmesh's setup, or torch's."""
+    job = _current_job()
+    if job is not None:
+        return job[0]
+    store: Store = _c10d.default_store()
+    return store
+
+
+def next_topic(name: str) -> str:
+    """``name`` with the number of earlier meetings on this default group's store."""
+    global _meetings
+    store = default_group_store()
+    owner, count = _meetings
+    count = count + 1 if owner is store else 0
+    _meetings = (store, count)
+    return f"{name}#{count}"
+
+
+def disagreement(requests: dict[int, dict[str, Any]]) -> str:
+    """Which ranks asked for what, most common request first."""
+    by_request: dict[str, list[int]] = {}
+    for rank, request in requests.items():
+        text = ", ".join(f"{key}={value}" for key, value in request.items() if value is not None)
+        by_request.setdefault(text, []).append(rank)
+    parts = [
+        f"ranks {_ranks_text(ranks)} asked for {text}"
+        for text, ranks in sorted(by_request.items(), key=lambda item: -len(item[1]))
+    ]
+    return "the processes asked for different things: " + "; ".join(parts)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return str(ranks) if len(ranks) <= 8 else f"{ranks[:7]} ... ({len(ranks)} ranks)"
+
+
+class LayoutAgreement:
+    """Checks that every process of the job asked ``create_gangs`` for the same layout.
+
+    One exchange through the job's store: each process leaves its request and waits
+    until all did. Processes that asked for something else are named within seconds;
+    processes that never come are named when the timeout expires.
+
+    :param root: the gang of every process.
+    :param layout: the layout asked for; given as keywords, it is compared as its
+        :class:`Layout` when it is one (so equal layouts spelled differently agree),
+        else as given.
+    :param others: the other keywords to agree on (the timeout, the placement).
+    """
+
+    def __init__(self, root: Gang, layout: Layout | Mapping[str, Any], **others: Any) -> None:
+        self._root = root if _meets(root) else None
+        request = {**_normalized(layout), **others}
+        self._request = {k: _jsonable(v) for k, v in request.items()}
+        self._topic = next_topic("create_gangs") if self._root is not None else ""
+
+    def leave_request(self) -> None:
+        """Leave this request without waiting (this process is about to raise)."""
+        if self._root is not None:
+            meet(default_group_store(), self._topic, self._root.rank, self._root.size,
+                 self._request, DEFAULT_TIMEOUT, wait=False)  # fmt: skip
+
+    def wait(self, timeout: timedelta) -> None:
+        """Wait for every process; ValueError naming who asked for what if they differ."""
+        if self._root is None:
+            return
+        root = self._root
+        requests = meet(
+            default_group_store(), self._topic, root.rank, root.size, self._request, timeout
+        )
+        if requests is not None:
+            raise ValueError(f"create_gangs: {disagreement(requests)}")
+
+
+def _meets(root: Gang) -> bool:
+    """Whether the root's processes are real and several (simulated ranks have no peers)."""
+    return (
+        isinstance(root, ProcessGroupGang)
+        and root.size > 1
+        and dist.get_backend(root.as_process_group()) != "fake"
+    )
+
+
+def _normalized(request: Layout | Mapping[str, Any]) -> dict[str, Any]:
+    """The layout's keywords (then the other keywords), or the request as given where its
+    layout is not one (the process asking for it is about to raise)."""
+    if isinstance(request, Layout):
+        return request.keywords()
+    layout = {k: v for k, v in request.items() if k in _LAYOUT_KEYWORDS}
+    try:
+        keywords = Layout(**layout).keywords()
+    except (TypeError, ValueError):
+        return dict(request)
+    return {**keywords, **{k: v for k, v in request.items() if k not in _LAYOUT_KEYWORDS}}
+
+
+_LAYOUT_KEYWORDS = frozenset(Layout.__dataclass_fields__)
+"""The keywords of a layout: its sizes and order."""
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return value if isinstance(value, (int, float, str, type(None))) else repr(value)

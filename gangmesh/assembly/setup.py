@@ -1,0 +1,105 @@
+"""Turn the launcher's environment (torchrun, SLURM, none) into the root gang."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from gangmesh.assembly.rendezvous import disagreement, job_store, meet, started_with
+from gangmesh.plan._checks import InvalidTypeError, check_timeout
+from gangmesh.runtime.default_group import backend_for, default_device
+from gangmesh.runtime.environment import LaunchEnvironment, read_launch_environment
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
+
+log = logging.getLogger("gangmesh")
+
+
+def setup_root_gang(
+    device: torch.device | None = None,
+    *,
+    timeout: timedelta | None = None,
+    monitored: bool = False,
+    high_priority: bool = False,
+) -> Gang:
+    """The gang of every process of the job.
+
+    Wraps torch's default process group when it is already initialised;
+    otherwise starts it from torchrun's or SLURM's environment (gloo on CPU,
+    NCCL on CUDA), after every process has arrived (the ones that do not are
+    named when ``timeout`` expires). Each setup of the job (a torchrun restart
+    attempt, a setup after ``close()``) meets in a namespace of its own, so keys
+    an earlier attempt left in torchrun's store are never read. Without a
+    distributed environment it starts a world of one process (said once at
+    WARNING level), so that meshes, FSDP2 and tensor parallelism run unchanged.
+    ``timeout`` (default 15 minutes) bounds every wait, and reaches every group
+    gangmesh creates later from this gang. ``monitored`` makes ``barrier()``
+    name the ranks that did not arrive.
+
+    :param device: this process's device; default: ``cuda:LOCAL_RANK`` where CUDA is
+        available, else ``cpu`` (for a default group already started: its backend's).
+    :param timeout: bound of every wait, here and in the groups made later.
+    :param monitored: whether barriers name the ranks that did not arrive.
+    :param high_priority: whether NCCL uses high-priority streams.
+    :raises ValueError: an inconsistent environment, an unsupported device, or
+        processes that asked for different timeouts or devices.
+    :raises GangError: the store or the process group cannot start in time.
+    """
+    if device is not None and not isinstance(device, torch.device):
+        raise InvalidTypeError(f"device: expected a torch.device or None, got {device!r}")
+    timeout = check_timeout(timeout)
+    if dist.is_available() and dist.is_initialized():
+        return ProcessGroupGang.from_default_process_group(
+            device, timeout=timeout, monitored=monitored, high_priority=high_priority
+        )
+    env = read_launch_environment()
+    device = device or default_device(env.local_rank if env else 0)
+    backend = backend_for(device)  # validates the device type before anything starts
+    timeout = timeout or DEFAULT_TIMEOUT
+    if env is None or env.world_size == 1:
+        _say_alone_once(env)
+        store: Store = dist.HashStore()  # type: ignore[attr-defined]
+        rank, world_size = 0, 1
+    else:
+        log.info("Starting rank %d of %d (%s)", env.rank, env.world_size, env.launcher)
+        deadline = time.monotonic() + timeout.total_seconds()
+        store, rank, world_size = job_store(env, timeout), env.rank, env.world_size
+        request = {"backend": backend, "timeout_s": timeout.total_seconds()}
+        left = timedelta(seconds=max(0.001, deadline - time.monotonic()))
+        differing = meet(store, "setup_root_gang", rank, world_size, request, timeout, left=left)
+        if differing is not None:
+            raise ValueError(f"setup_root_gang: {disagreement(differing)}")
+    root = ProcessGroupGang.create_default_process_group(
+        device,
+        timeout=timeout,
+        high_priority=high_priority,
+        monitored=monitored,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+    )
+    started_with(store)
+    return root
+
+
+_said_alone = False
+
+
+def _say_alone_once(env: LaunchEnvironment | None) -> None:
+    global _said_alone
+    if not _said_alone:
+        how = "torchrun started one process" if env else "no torchrun or SLURM environment"
+        log.warning(
+            "%s: running as a job of one process; run it under torchrun --nproc-per-node N "
+            "(or srun) for more",
+            how,
+        )
+        _said_alone = True

@@ -1,0 +1,199 @@
+"""GroupGang: the collectives of a gang over a torch.distributed ProcessGroup.
+
+Each collective checks that the gang is open, runs on the group in the gang's own rank
+order (see :mod:`gangmesh.runtime.rank_order`) and turns torch's errors into GangErrors that name
+the gang. :class:`~gangmesh.ProcessGroupGang` adds how a gang holds its group.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any, NoReturn
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed import ProcessGroup
+
+from gangmesh.plan._checks import InvalidTypeError
+from gangmesh.runtime import _backend, _c10d, failure_reports
+from gangmesh.runtime._validate import Splits, normalized_device
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
+from gangmesh.runtime.rank_order import RankOrder
+
+_broadcast_object_list = _c10d.undecorated(dist.broadcast_object_list)
+_barrier = _c10d.undecorated(dist.barrier)
+
+
+class GroupGang(PlacedGang):
+    """A gang whose collectives run on a torch.distributed ProcessGroup.
+
+    :param pg: the group.
+    :param device: where the tensors passed to the collectives live.
+    :param name: the gang's label in messages.
+    :param timeout: the group's timeout, where the backend does not tell it.
+    :raises TypeError: ``pg`` is not a ProcessGroup or ``device`` not a torch.device.
+    """
+
+    def __init__(
+        self, pg: ProcessGroup, device: torch.device, name: str, timeout: timedelta | None
+    ) -> None:
+        if not isinstance(pg, ProcessGroup):
+            raise InvalidTypeError(f"pg: expected a torch ProcessGroup, got {pg!r}")
+        self._device = normalized_device(device)
+        self._pg: ProcessGroup | None = pg
+        self._name = name
+        self._rank = dist.get_rank(pg)
+        self._size = dist.get_world_size(pg)
+        self._global_ranks = dist.get_process_group_ranks(pg)
+        self._order: RankOrder | None = None
+        self._backend = dist.get_backend(pg)
+        self._timeout = _c10d.group_timeout(pg, self._device) or timeout or DEFAULT_TIMEOUT
+        self._monitor_group: ProcessGroup | None = None
+        """Where :meth:`~Gang.barrier` runs a monitored barrier; None for a plain one."""
+
+    @property
+    def supports_process_group(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return (
+            f"gang '{self._name}' (size {self._size}, rank {self._rank}, "
+            f"global rank {self._global_ranks[self._rank]})"
+        )
+
+    def _renumber(self, members: list[int]) -> None:
+        """Number the gang by ``members``: collectives map gang ranks to group ranks."""
+        self._order = RankOrder(self._global_ranks, members)
+        self._rank = self._order.from_group[self._rank]
+        self._global_ranks = list(members)
+
+    def _live(self, op: str) -> ProcessGroup:
+        """The group, for collective ``op``.
+
+        :raises GangError: the gang is closed.
+        """
+        if self._pg is None:
+            self._closed(op)
+        return self._pg
+
+    def _barrier(self) -> None:
+        pg = self._live("barrier")
+        try:
+            if self._monitor_group is not None:
+                dist.monitored_barrier(
+                    group=self._monitor_group, timeout=self._timeout, wait_all_ranks=True
+                )
+            elif self._device.type == "cuda":
+                _barrier(group=pg, device_ids=[self._device.index])
+            else:
+                _barrier(group=pg)
+        except RuntimeError as ex:
+            monitored = self._monitor_group is not None
+            self._fail("barrier", ex, self._absentees(str(ex)) if monitored else None)
+
+    def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
+        pg = self._live("all_reduce")
+        try:
+            _backend.all_reduce(pg, tensor, op)
+        except RuntimeError as ex:
+            self._fail(f"all_reduce({op.name})", ex)
+
+    def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
+        pg = self._live("all_gather")
+        if input_tensor.dim() == 0:
+            input_tensor = input_tensor.view(1)
+        if output_tensor.dim() != input_tensor.dim():  # stacked or flat: concatenate instead
+            output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
+        try:
+            if self._order is None:
+                _backend.all_gather_single(pg, output_tensor, input_tensor.contiguous())
+            else:
+                outputs = self._order.in_group_order(output_tensor.chunk(self._size))
+                _backend.all_gather(pg, outputs, input_tensor.contiguous())
+        except RuntimeError as ex:
+            self._fail("all_gather", ex)
+
+    def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
+        pg = self._live("all_gather_to_list")
+        if self._order is not None:
+            output_tensors = self._order.in_group_order(output_tensors)
+        try:
+            _backend.all_gather(pg, output_tensors, input_tensor)
+        except RuntimeError as ex:
+            self._fail("all_gather_to_list", ex)
+
+    def _reduce_scatter(
+        self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
+    ) -> None:
+        pg = self._live("reduce_scatter")
+        if output_tensor.dim() == 0:
+            output_tensor = output_tensor.view(1)
+        if input_tensor.dim() != output_tensor.dim():  # stacked: concatenate instead
+            input_tensor = input_tensor.view(-1, *output_tensor.shape[1:])
+        if self._order is not None:
+            input_tensor = torch.cat(self._order.in_group_order(input_tensor.chunk(self._size)))
+        try:
+            _backend.reduce_scatter_single(pg, output_tensor, input_tensor.contiguous(), op)
+        except RuntimeError as ex:
+            self._fail(f"reduce_scatter({op.name})", ex)
+
+    def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
+        pg = self._live("all_to_all")
+        try:
+            if self._order is not None:
+                self._order.all_to_all(pg, output_tensor, input_tensor, splits)
+            else:
+                _backend.all_to_all_single(pg, output_tensor, input_tensor.contiguous(), *splits)
+        except RuntimeError as ex:
+            self._fail("all_to_all", ex)
+
+    def _group_rank(self, rank: int) -> int:
+        """The rank in the group of gang rank ``rank``."""
+        return rank if self._order is None else self._order.to_group[rank]
+
+    def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
+        pg = self._live("broadcast")
+        try:
+            _backend.broadcast(pg, tensor, self._group_rank(source_rank))
+        except RuntimeError as ex:
+            self._fail(f"broadcast(source_rank={source_rank})", ex)
+
+    def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None:
+        pg = self._live("broadcast_objects")
+        try:
+            _broadcast_object_list(
+                objects, group=pg, group_src=self._group_rank(source_rank), device=self._device
+            )
+        except RuntimeError as ex:
+            self._fail(f"broadcast_objects(source_rank={source_rank})", ex)
+
+    def _absentees(self, error: str) -> str:
+        """Who a failed monitored barrier waited for, in gang and global ranks."""
+        seconds = self._timeout.total_seconds()
+        found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", error)
+        if found:
+            ranks = [int(r) for r in found.group(1).split(",")]
+            if self._order is not None:
+                ranks = [self._order.from_group[r] for r in ranks]
+            members = [self._global_ranks[r] for r in ranks]
+            return f"gang ranks {ranks} (global ranks {members}) did not arrive in {seconds:g} s"
+        return (
+            f"gang rank 0 (global rank {self._global_ranks[0]}) did not confirm it in "
+            f"{seconds:g} s: it is gone or stuck, or a rank did not arrive and rank 0 names it"
+        )
+
+    def _closed(self, op: str) -> NoReturn:
+        raise GangError(f"{op}: {self.describe()} is closed")
+
+    def _fail(self, op: str, cause: Exception, reason: str | None = None) -> NoReturn:
+        """Raise the GangError of failed collective ``op``, naming the rank that broke it
+        where the job's failure reports tell (read here only, after the failure)."""
+        found = failure_reports.explain(self._global_ranks, self._rank, self._timeout)
+        detail = reason or str(cause)
+        if found is not None and (found.culprits or (found.absent and reason is None)):
+            detail = f"{found} [{detail}]"  # a monitored barrier's own finding stays as it is
+        error = GangError(f"{op} failed on {self.describe()}: {detail}")
+        error.culprits = tuple(c.rank for c in found.culprits) if found is not None else ()
+        raise error from cause

@@ -1,0 +1,237 @@
+"""``gangmesh check``: as one rank of a job, or as the launcher of local ranks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from gangmesh.assembly.factories import create_gangs_from_layout
+from gangmesh.assembly.record import layout_record
+from gangmesh.assembly.setup import setup_root_gang
+from gangmesh.plan.layout import Layout
+from gangmesh.plan.locality import check_ranks_per_node
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime.environment import read_launch_environment
+from gangmesh.runtime.gang import Gang, GangError
+from gangmesh.runtime.ops import all_gather_objects, broadcast_flag
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
+from gangmesh.tools.check import check_gangs, describe_failure, gather_reports, this_placement
+from gangmesh.tools.check_report import (
+    GangReport,
+    Placement,
+    cluster_of,
+    nodes_text,
+    parse_sizes,
+    stragglers,
+    summarize,
+)
+from gangmesh.tools.launch import QUIET_SECONDS, WorkerExit, run_local_workers
+from gangmesh.tools.render import findings_text
+
+STRAGGLER_SECONDS = 0.1
+"""How late the rank that ``--inject-fault slow`` makes a straggler arrives at each barrier."""
+
+COLLECTIVE_FAILED = 4
+"""Exit status of a rank whose collective failed (a peer died, stopped answering or timed out)."""
+
+
+def check_locally(
+    args: argparse.Namespace, layout: Layout, argv: list[str], main: Callable[[list[str]], int]
+) -> int:
+    """Start ``--nproc`` local ranks of this same command, ``main(argv)`` in each (``main``:
+    the ``gangmesh`` command's entry point); 0 only if all of them pass."""
+    if args.nproc < 1:
+        raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
+    MeshTopology.from_layout(args.nproc, layout)
+    if args.ranks_per_node is not None:
+        check_ranks_per_node(args.nproc, args.ranks_per_node)
+    parse_sizes(args.sizes)
+    noun = "process" if args.nproc == 1 else "processes"
+    print(f"gangmesh check: starting {args.nproc} local {noun} (gloo on 127.0.0.1)...",
+          file=sys.stderr, flush=True)  # fmt: skip
+    exits = run_local_workers(args.nproc, main, argv, timeout=args.timeout)
+    failed = [e for e in exits if e.returncode != 0]
+    if not failed:
+        return 0
+    sys.stderr.write("\n".join(failure_report(exits, socket.gethostname())) + "\n")
+    return 1
+
+
+def failure_report(exits: list[WorkerExit], host: str) -> list[str]:
+    """What went wrong, cause first: a rank that died, crashed or stopped answering, then
+    what the others said. Ranks that merely saw a collective fail are not causes."""
+    failed = [e for e in exits if e.returncode != 0]
+    causes = [e for e in failed if _is_cause(e)]
+    others = [e for e in failed if e not in causes]
+    if causes:
+        what = "; ".join(f"rank {e.rank} on {host} {_fate(e)}" for e in causes)
+        lines = [f"gangmesh check: FAILED: {what}"]
+        if others:
+            noun = "process" if len(others) == 1 else "processes"
+            lines[0] += f"; {len(others)} other {noun} failed after it"
+    else:
+        lines = [f"gangmesh check: FAILED on {len(failed)} of {len(exits)} processes"]
+    for e in causes + others:
+        tail = f": {_said(e.output_tail)}" if e.output_tail else ""
+        lines.append(f"  rank {e.rank} {_fate(e)}{tail}")
+    return lines
+
+
+def _said(tail: str) -> str:
+    """What a worker's output tail says: its own report lines where it has some (gloo's
+    connection notices left out), else the tail as it is."""
+    prefix = "gangmesh check: "
+    own = [line.removeprefix(prefix) for line in tail.splitlines() if line.startswith(prefix)]
+    return "\n".join(own) if own else tail
+
+
+def _is_cause(e: WorkerExit) -> bool:
+    """A worker that failed on its own: killed from outside, crashed, or stopped answering."""
+    if e.killed is not None:
+        return e.killed == "unanswering"
+    return e.returncode not in (0, COLLECTIVE_FAILED, 1)
+
+
+def _fate(e: WorkerExit) -> str:
+    if e.killed == "unanswering":
+        if e.stopped:
+            return "stopped answering: it was stopped (SIGSTOP or a debugger); killed"
+        return (
+            f"stopped answering: still running {QUIET_SECONDS:g} s after the others ended; killed"
+        )
+    if e.killed == "late":
+        return "was killed: still running when the timeout and grace period had passed"
+    if e.returncode < 0:
+        try:
+            name = signal.Signals(-e.returncode).name
+        except ValueError:
+            name = f"signal {-e.returncode}"
+        return f"died of {name}"
+    if e.returncode == COLLECTIVE_FAILED:
+        return "saw a collective fail"
+    return f"exited with code {e.returncode}"
+
+
+def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
+    """Take part in the check as this process's rank; rank 0 prints the report."""
+    timeout = timedelta(seconds=args.timeout)
+    sizes = parse_sizes(args.sizes)
+    root = _root_gang(args.init_method, timeout)
+    rank = root.rank
+    try:
+        if rank == 0:
+            up = "1 process is" if root.size == 1 else f"{root.size} processes are"
+            print(f"gangmesh check: {up} up; building the gangs...", file=sys.stderr, flush=True)
+        plan = MeshTopology.from_layout(root.size, layout)
+        if args.ranks_per_node is not None:
+            check_ranks_per_node(root.size, args.ranks_per_node)
+        gangs = create_gangs_from_layout(
+            root, layout, timeout=timeout, placement=args.placement or None
+        )
+        plan = gangs.plan
+        if args.inject_rank == rank and args.inject_fault != "slow":
+            _inject(args.inject_fault)
+        per_node = args.ranks_per_node or _ranks_per_node(args) or root.size
+        placements = all_gather_objects(root, this_placement(rank, per_node))
+        record = layout_record(gangs)
+        late = STRAGGLER_SECONDS if args.inject_rank == rank and args.inject_fault == "slow" else 0
+        reports = check_gangs(gangs, plan, sizes, args.iters, late=late)
+        everything = gather_reports(gangs, reports)
+        passed = True
+        if everything is not None:
+            passed = _report(args, root, plan, everything, sizes, placements, record)
+        return 0 if broadcast_flag(root, passed) else 1
+    except GangError as ex:
+        sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")
+        return COLLECTIVE_FAILED
+
+
+def _inject(fault: str) -> None:
+    """A fault, for fault-injection tests: exit without cleanup, die of SIGKILL, or stop."""
+    if fault == "exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+
+
+def _root_gang(init_method: str | None, timeout: timedelta) -> Gang:
+    if init_method is None:
+        return setup_root_gang(timeout=timeout)
+    return ProcessGroupGang.create_default_process_group(
+        torch.device("cpu"),
+        timeout=timeout,
+        init_method=init_method,
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+    )
+
+
+def _report(
+    args: argparse.Namespace,
+    root: Gang,
+    plan: MeshTopology,
+    everything: list[list[GangReport]],
+    sizes: list[int],
+    placements: list[Placement],
+    record: dict[str, Any],
+) -> bool:
+    """Print the table, nodes, findings and verdict on rank 0; write the JSON.
+
+    True if every gang matched the plan.
+    """
+    table, failures, summary = summarize(plan, everything, sizes)
+    layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
+    noun = "process" if plan.world_size == 1 else "processes"
+    out = sys.stdout if args.json != "-" else sys.stderr
+    print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}", file=out)
+    print(f"layout: {layout}", file=out)
+    print(table, end="", file=out)
+    late_lines, summary["stragglers"] = stragglers(everything, placements)
+    print("\n".join(late_lines), file=out)
+    nodes, scattered = nodes_text(placements)
+    print("\n".join([nodes, *(f"  note: {line}" for line in scattered)]), file=out)
+    if scattered:  # the launcher interleaved the nodes: their hosts say what is local
+        findings = plan.check_locality(cluster_of(placements))
+        lines = findings_text(findings)
+    else:
+        per_node = max(placements.count(p) for p in placements)
+        findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
+        lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
+    print("\n".join(lines), file=out)
+    summary["layout_record"] = record
+    summary["nodes"] = [
+        {"host": p.host, "domain": p.site.domain, "rack": p.site.rack, "node": p.node}
+        for p in placements
+    ]
+    summary["locality_findings"] = [
+        {"dim": f.dim, "level": f.level, "group": f.group, "nodes": f.nodes,
+         "avoidable": f.avoidable, "message": f.message} for f in findings
+    ]  # fmt: skip
+    if failures:
+        print(f"FAILED: {len(failures)} problem(s)", file=out)
+        for failure in failures:
+            print(f"  - {failure}", file=out)
+    else:
+        print(f"PASSED: every gang of {plan.world_size} {noun} matches the plan", file=out)
+    if args.json == "-":
+        json.dump(summary, sys.stdout, indent=1)
+        print()
+    elif args.json:
+        with open(args.json, "w", encoding="utf-8") as report:
+            json.dump(summary, report, indent=1)
+    return not failures
+
+
+def _ranks_per_node(args: argparse.Namespace) -> int | None:
+    if args.init_method:
+        return int(os.environ["LOCAL_WORLD_SIZE"])
+    env = read_launch_environment()
+    return env.local_world_size if env else None

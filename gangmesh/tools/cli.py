@@ -1,0 +1,333 @@
+"""The ``gangmesh`` command: ``plan`` a layout, ``check`` a cluster.
+
+Its arguments, its error messages and its exit codes; the commands run in
+:mod:`gangmesh.tools.plan_command` and :mod:`gangmesh.tools.check_command`. ``plan`` needs
+numpy only:
+this module imports the check (and with it torch) only when the ``check`` command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from gangmesh import __version__
+from gangmesh.plan.dim_keywords import closest
+from gangmesh.plan.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
+from gangmesh.plan.layout import Layout
+from gangmesh.runtime.environment import read_launch_environment
+from gangmesh.tools.plan_command import Failure, layout_of, run_plan
+from gangmesh.tools.render import JSON_CONTENTS
+
+USAGE_ERROR = 2
+"""Exit code for bad arguments and any other error the command reports in one line."""
+
+_SPELLED = ("world_size", "ranks_per_node", "hosts_per_domain", "domains_per_rack", "rank", "order")
+
+OPTIONS: dict[str, str] = {name: option(name) for name in (*_SPELLED, *SIZE_NAMES)}
+"""The command-line spelling of each name the planner's error messages use."""
+
+CHECK_OPTIONS: dict[str, str] = {
+    **OPTIONS,
+    **{name: option(name) for name in ("nproc", "sizes", "iters", "timeout")},
+    "world_size": "--nproc",
+}
+"""The same for ``gangmesh check`` started locally, where ``--nproc`` is the world size."""
+
+LAUNCHED_CHECK_OPTIONS: dict[str, str] = {**CHECK_OPTIONS, "world_size": "the world size"}
+"""The same for ``gangmesh check`` under a launcher, which sets the world size."""
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.option_strings
+            and action.default not in (None, False, argparse.SUPPRESS)
+            and "%(default)" not in text
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit code 2; an unknown option is
+    named first (before a missing one), after the usage line, with the closest option."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is None:  # a command's own parser: every option is its own
+            self._refuse_unknown_options(given)
+        return super().parse_known_args(given, namespace)
+
+    def _refuse_unknown_options(self, given: list[str]) -> None:
+        known = [name for name in self._option_string_actions if name.startswith("--")]
+        for token in given:
+            if token == "--":
+                return
+            name = token.partition("=")[0]
+            if not name.startswith("--") or any(option.startswith(name) for option in known):
+                continue
+            valid = [option[2:].replace("-", "_") for option in known]
+            guess = closest(name[2:].replace("-", "_"), valid)
+            hint = f"; did you mean --{guess.replace('_', '-')}?" if guess else ""
+            self.exit(
+                USAGE_ERROR,
+                f"{self.format_usage()}{self.prog}: error: unknown option {name}{hint}\n",
+            )
+
+
+def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("parallel dimensions (one may be -1: inferred)")
+    for name in SIZE_NAMES:
+        facts = FACTS[name]
+        group.add_argument(option(name), type=int, default=facts.default, help=facts.help)
+    group.add_argument(
+        "--order",
+        help=f"the five dense dimensions, comma-separated, outermost first "
+        f"(default: {','.join(DENSE_DIMS)}); or Megatron-Core's spelling, innermost first "
+        f"with dashes, as plans print it (e.g. {Layout().megatron_order()})",
+    )
+    group.add_argument(
+        "--expert",
+        action="store_true",
+        help="the expert view's gangs at ep = 1 and etp = 1 too (a mixture of experts without "
+        "expert parallelism); ep or etp above 1 asks for them anyway",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``gangmesh``, its commands included."""
+    return build_parsers()[0]
+
+
+def help_text(command: str | None = None, *, width: int | None = None) -> str:
+    """The ``--help`` text of ``gangmesh`` or of one of its commands (``plan``, ``check``).
+
+    ``width`` wraps it at that many columns instead of the terminal's width.
+    """
+    parser, commands = build_parsers(width)
+    return (parser if command is None else commands[command]).format_help()
+
+
+def build_parsers(
+    width: int | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser of ``gangmesh`` and the parser of each command, by name.
+
+    ``width`` wraps the help at that many columns instead of the terminal's width.
+    """
+    formatter = functools.partial(_HelpFormatter, width=width) if width else _HelpFormatter
+    parser = _Parser(
+        prog="gangmesh",
+        description="Plan parallel layouts and check that a cluster gets them.",
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gangmesh {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    plan = commands.add_parser(
+        "plan",
+        help="print the gangs of a layout, computed without processes",
+        description="Print every gang of a layout (table, JSON or SVG) without processes. "
+        "Exit status: 0, or 1 with --strict when a locality finding is one to fix, or 2 for "
+        "bad arguments and other errors.",
+        formatter_class=formatter,
+    )
+    _add_plan_arguments(plan)
+    check = commands.add_parser(
+        "check",
+        help="check gang layouts and collectives on real processes",
+        description=(
+            "Build the gangs on every process, check memberships against the plan, run "
+            "all_reduce, all_gather, all_to_all, reduce_scatter, broadcast and barrier on "
+            "every gang, time all_reduce and who arrives last at barriers, and report "
+            "where each rank runs. "
+            "Under torchrun or SLURM each process takes part as its rank; otherwise NPROC "
+            "local CPU processes are started (gloo on 127.0.0.1)."
+        ),
+        formatter_class=formatter,
+    )
+    check.add_argument("--nproc", type=int, default=4, help="local processes")
+    _add_dim_arguments(check)
+    check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
+    check.add_argument(
+        "--iters",
+        type=int,
+        default=10,
+        help="timed all_reduces per size, and timed barriers per gang",
+    )
+    check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
+    check.add_argument(
+        "--ranks-per-node",
+        type=int,
+        help="processes per node, for the locality report (default: the launcher's local "
+        "world size, if any)",
+    )
+    check.add_argument(
+        "--placement",
+        action="store_true",
+        help="lay the mesh over the ranks by where they run (create_gangs(..., "
+        "placement=True): GANGMESH_HOST or the hostname, GANGMESH_DOMAIN, GANGMESH_RACK)",
+    )
+    check.add_argument(
+        "--json", help="write the results as JSON to this file, or to standard output for -"
+    )
+    check.add_argument("--init-method", help=argparse.SUPPRESS)
+    check.add_argument("--inject-rank", type=int, help=argparse.SUPPRESS)
+    check.add_argument(
+        "--inject-fault",
+        choices=("exit", "kill", "stop", "slow"),
+        default="exit",
+        help=argparse.SUPPRESS,
+    )
+    return parser, {"plan": plan, "check": check}
+
+
+def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
+    plan.add_argument("--world-size", type=int, required=True, help="number of processes")
+    plan.add_argument(
+        "--ranks-per-node",
+        type=int,
+        help="processes per node (a factor of the world size): draws nodes and checks that "
+        "the gangs which should stay on one node do (default: no locality check)",
+    )
+    plan.add_argument(
+        "--hosts-per-domain",
+        type=int,
+        help="nodes per NVLink domain (consecutive nodes; needs --ranks-per-node): also "
+        "checks that the gangs which should stay in one domain do",
+    )
+    plan.add_argument(
+        "--domains-per-rack",
+        type=int,
+        help="NVLink domains per rack (needs --hosts-per-domain): also checks racks",
+    )
+    _add_dim_arguments(plan)
+    plan.add_argument(
+        "--rank",
+        type=int,
+        help="also show this rank's coordinate and gangs (table, JSON), or outline its "
+        "groups (SVG)",
+    )
+    plan.add_argument(
+        "--format",
+        choices=("table", "json", "svg"),
+        default="table",
+        help="table: sizes, group counts, the first groups and the locality report; json: "
+        "for tools (see --json-content); svg: a picture, one panel per dimension",
+    )
+    plan.add_argument(
+        "--json-content",
+        choices=JSON_CONTENTS,
+        help="with --format json, all: every group of every dimension (about 54 MB at "
+        "2**20 ranks); counts: sizes and group counts only. --rank adds that rank's groups "
+        "either way (default: all)",
+    )
+    plan.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when a locality finding is one to fix (needs --ranks-per-node)",
+    )
+    plan.add_argument("--output", help="write to this file (default: standard output)")
+
+
+def run_check(args: argparse.Namespace, argv: list[str]) -> int:
+    """Launch local workers, or take part as this rank of a distributed job."""
+    from gangmesh.tools.check_command import check_as_rank, check_locally
+
+    if args.iters < 1 or args.timeout <= 0:
+        raise ValueError(
+            f"--iters and --timeout: expected positive values, got {args.iters}, {args.timeout}"
+        )
+    layout = layout_of(args)
+    if args.init_method:
+        return check_as_rank(args, layout)
+    env = read_launch_environment()
+    if env is not None and env.world_size > 1:
+        return check_as_rank(args, layout)
+    return check_locally(args, layout, argv, main)
+
+
+def option_spelling(message: str, options: dict[str, str] = OPTIONS) -> str:
+    """A planner's message with the names it starts with (and sizes) spelled as options.
+
+    ``options`` maps each name to its spelling (``plan``'s by default).
+
+    >>> option_spelling("dp_shard, tp: tp=3 does not divide world_size 32")
+    '--dp-shard, --tp: --tp=3 does not divide --world-size 32'
+    >>> option_spelling("tp: tp=4 does not divide world_size 6", CHECK_OPTIONS)
+    '--tp: --tp=4 does not divide --nproc 6'
+    """
+    subject, colon, rest = message.partition(": ")
+    names = re.split(r", | and ", subject)
+    if not colon or not all(name in options for name in names):
+        return message
+    for name in names:
+        subject = re.sub(rf"\b{name}\b", options[name], subject)
+    if names != ["order"]:
+        rest = re.sub(r"\b(\w+)=(?=-?\d)", lambda m: f"{options.get(m[1], m[1])}=", rest)
+        rest = re.sub(r"\bworld_size(?= (?:is )?\d)", options["world_size"], rest)
+        inferred = r"\b(\w+)(?= cannot infer| is -1 by default)"
+        rest = re.sub(inferred, lambda m: options.get(m[1], m[1]), rest)
+    return f"{subject}: {rest}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``gangmesh`` with ``argv`` (default: the command line); the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        sys.stderr.write(parser.format_help())
+        return USAGE_ERROR
+    if args.ranks_per_node is not None and args.ranks_per_node < 1:
+        parser.exit(USAGE_ERROR, f"gangmesh {args.command}: error: --ranks-per-node must be >= 1\n")
+    try:
+        if args.command == "check":
+            return run_check(args, sys.argv[1:] if argv is None else list(argv))
+        return run_plan(args)
+    except ValueError as ex:
+        return _fail(args.command, option_spelling(str(ex), _spellings(args)))
+    except Failure as ex:
+        return _fail(args.command, str(ex))
+    except MemoryError:
+        text = "out of memory listing every group (--json-content counts lists none)"
+        return _fail(args.command, text)
+    except BrokenPipeError:
+        # The reader (e.g. head) stopped reading: not an error of ours; stay quiet at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as ex:
+        return _fail(args.command, f"{ex.filename}: {ex.strerror}" if ex.filename else str(ex))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _spellings(args: argparse.Namespace) -> dict[str, str]:
+    """How the names in an error message are spelled for the command that runs."""
+    if args.command == "plan":
+        return OPTIONS
+    env = read_launch_environment()
+    launched = args.init_method is None and env is not None and env.world_size > 1
+    return LAUNCHED_CHECK_OPTIONS if launched else CHECK_OPTIONS
+
+
+def _fail(command: str, text: str) -> int:
+    first = " ".join(text.split())
+    sys.stderr.write(f"gangmesh {command}: error: {first}\n")
+    return USAGE_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

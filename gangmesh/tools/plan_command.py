@@ -1,0 +1,126 @@
+"""``gangmesh plan``: print a layout's gangs (table, JSON or SVG) and its locality report.
+
+This module needs numpy only; it imports the SVG drawing only when it is asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gangmesh.plan.cluster import Cluster
+from gangmesh.plan.dims import SIZE_NAMES
+from gangmesh.plan.layout import Layout
+from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.tools.render import finding_label, plan_json, plan_table
+
+FINDINGS_EXIT = 1
+"""Exit code of ``gangmesh plan --strict`` when a locality finding is one to fix."""
+
+
+class Failure(Exception):
+    """An error to report in one line as it is, without option spelling."""
+
+
+def layout_of(args: argparse.Namespace) -> Layout:
+    """The layout given on the command line.
+
+    :raises ValueError: a size or the order is not one a layout accepts.
+    """
+    sizes = {name: getattr(args, name) for name in SIZE_NAMES}
+    return Layout(**sizes, order=args.order, expert=args.expert)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Print, or write to ``--output``, the plan in the chosen format; the exit status."""
+    if args.json_content is not None and args.format != "json":
+        raise Failure(f"--json-content: applies to --format json only, got {args.format}")
+    if args.strict and args.ranks_per_node is None:
+        raise Failure("--strict: checks locality, which needs --ranks-per-node")
+    plan = MeshTopology.from_layout(args.world_size, layout_of(args))
+    if args.rank is not None:
+        plan.coordinate(args.rank)
+    per_node = args.ranks_per_node
+    if per_node is not None:
+        check_ranks_per_node(plan.world_size, per_node)
+    wider = _wider_findings(plan, args)
+    if args.format == "json":
+        content = args.json_content or "all"
+        text = plan_json(plan, ranks_per_node=per_node, rank=args.rank, content=content)
+        if wider is not None:
+            text = _with_wider_json(text, args, wider)
+    elif args.format == "svg":
+        from gangmesh.tools.svg import plan_svg
+
+        text = plan_svg(plan, ranks_per_node=per_node, rank=args.rank)
+    else:
+        text = plan_table(plan, ranks_per_node=per_node, rank=args.rank)
+        if wider is not None:
+            text += "".join(f"{line}\n" for line in _wider_text(args, wider))
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                out.write(text)
+        except OSError as ex:
+            raise Failure(f"--output: cannot write {args.output}: {ex.strerror or ex}") from ex
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    if args.strict:
+        to_fix = [f for f in plan.check_locality(per_node) if f.avoidable]
+        to_fix += [f for f in wider or [] if f.avoidable]
+        if to_fix:
+            dims = ", ".join(f.dim + ("" if f.level == "node" else f" ({f.level})") for f in to_fix)
+            sys.stderr.write(f"gangmesh plan: --strict: locality findings to fix: {dims}\n")
+            return FINDINGS_EXIT
+    return 0
+
+
+def _wider_findings(plan: MeshTopology, args: argparse.Namespace) -> list[LocalityFinding] | None:
+    """The domain and rack findings that --hosts-per-domain and --domains-per-rack ask for;
+    None where neither is given."""
+    if args.hosts_per_domain is None and args.domains_per_rack is None:
+        return None
+    if args.ranks_per_node is None:
+        raise Failure("--hosts-per-domain: domains hold nodes, which needs --ranks-per-node")
+    if args.domains_per_rack is not None and args.hosts_per_domain is None:
+        raise Failure("--domains-per-rack: racks hold domains, which needs --hosts-per-domain")
+    for flag, value in (("--hosts-per-domain", args.hosts_per_domain),
+                        ("--domains-per-rack", args.domains_per_rack)):  # fmt: skip
+        if value is not None and value < 1:
+            raise Failure(f"{flag}: expected an int >= 1, got {value}")
+    cluster = Cluster.uniform(plan.world_size, args.ranks_per_node, args.hosts_per_domain,
+                              args.domains_per_rack)  # fmt: skip
+    return [f for f in plan.check_locality(cluster) if f.level != "node"]
+
+
+def _wider_text(args: argparse.Namespace, findings: list[LocalityFinding]) -> list[str]:
+    """The lines of the domain and rack report."""
+    domain = args.ranks_per_node * args.hosts_per_domain
+    units = f"domains of {domain} ranks"
+    if args.domains_per_rack is not None:
+        units += f", racks of {domain * args.domains_per_rack} ranks"
+    if not findings:
+        return [f"locality ({units}): no checked gang crosses a domain or a rack"]
+    return [f"locality ({units}):", *(f"  - {finding_label(f)}: {f}" for f in findings)]
+
+
+def _with_wider_json(text: str, args: argparse.Namespace, findings: list[LocalityFinding]) -> str:
+    """The JSON document with the domain and rack sizes and findings added."""
+    document = json.loads(text)
+    document["hosts_per_domain"] = args.hosts_per_domain
+    document["domains_per_rack"] = args.domains_per_rack
+    document["locality_findings"] = document.get("locality_findings", []) + [
+        {
+            "dim": f.dim,
+            "level": f.level,
+            "group": f.group,
+            "units": f.nodes,
+            "avoidable": f.avoidable,
+            "message": f.message,
+        }
+        for f in findings
+    ]
+    return json.dumps(document) + "\n"

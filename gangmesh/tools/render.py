@@ -1,0 +1,200 @@
+"""Show a MeshTopology to people (table, locality text) and tools (JSON).
+
+The SVG picture is drawn by :mod:`gangmesh.tools.svg`. Nothing here lists every group unless
+asked to: the table and the JSON counts work out the few groups they show, so they stay
+cheap at any world size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from gangmesh.plan.dims import FACTS, LOCALITY_PRIORITY, Dim
+from gangmesh.plan.locality import LocalityFinding, checked_dims, unchecked_dims
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.plan.view import short_group
+
+JSON_CONTENTS: tuple[str, ...] = ("all", "counts")
+"""What ``plan_json`` can write: every group of every dimension, or sizes and counts only."""
+
+
+def shown_dims(plan: MeshTopology) -> tuple[Dim, ...]:
+    """The dimensions the table and JSON list: the mesh's in its order, the flattened dense
+    ones the registry lists for this plan (dp, ...), then those of the expert view where the
+    job uses experts (a dense job builds none of them)."""
+    listed = [
+        name
+        for name, facts in FACTS.items()
+        if facts.listed is not None and all(plan.size_of(other) > 1 for other in facts.listed)
+    ]
+    dense = [name for name in listed if FACTS[name].members and not FACTS[name].expert]
+    expert = [name for name in listed if FACTS[name].expert and plan.uses_experts]
+    return (*plan.order, *dense, *expert)
+
+
+def megatron_order(plan: MeshTopology) -> str | None:
+    """The plan's order as Megatron-Core writes it; None where it cannot."""
+    try:
+        return plan.megatron_order()
+    except ValueError:
+        return None
+
+
+def plan_table(
+    plan: MeshTopology,
+    *,
+    ranks_per_node: int | None = None,
+    rank: int | None = None,
+    first: int = 4,
+) -> str:
+    """A readable summary: sizes, group counts, the first groups, locality findings."""
+    lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
+    megatron = megatron_order(plan)
+    spelled = (
+        f"; as Megatron-Core's order argument, innermost first: {megatron}" if megatron else ""
+    )
+    lines.append(f"order {','.join(plan.order)}, outermost first{spelled}")
+    lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
+    for dim in shown_dims(plan):
+        count = plan.group_count(dim)
+        shown = " ".join(short_group(g) for g in plan.first_groups(dim, first))
+        more = " ..." if count > first else ""
+        lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
+    if rank is not None:
+        coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(rank).items())
+        lines.append(f"rank {rank}: {coordinate}")
+        for dim in shown_dims(plan):
+            group = short_group(plan.group_of(rank, dim))
+            lines.append(f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {group}")
+    if ranks_per_node is not None:
+        findings = plan.check_locality(ranks_per_node)
+        lines.extend(findings_text(findings, plan=plan, ranks_per_node=ranks_per_node))
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(
+    plan: MeshTopology,
+    *,
+    ranks_per_node: int | None = None,
+    rank: int | None = None,
+    content: str = "all",
+) -> str:
+    """The layout as JSON: sizes, group counts and, with ``content="all"``, every group.
+
+    ``rank`` adds that rank's coordinate and groups; ``ranks_per_node`` adds the
+    locality findings. Raises ValueError for an unknown ``content``.
+    """
+    if content not in JSON_CONTENTS:
+        raise ValueError(f"content: expected one of {', '.join(JSON_CONTENTS)}, got {content!r}")
+    document: dict[str, Any] = {
+        "world_size": plan.world_size,
+        "order": list(plan.order),
+        "megatron_order": megatron_order(plan),
+        "dims": plan.dims,
+        "expert_dims": plan.expert_dims,
+        "counts": {
+            dim: {"size": plan.size_of(dim), "groups": plan.group_count(dim)}
+            for dim in shown_dims(plan)
+        },
+    }
+    if content == "all":
+        document["groups"] = {dim: plan.groups(dim).tolist() for dim in shown_dims(plan)}
+    if ranks_per_node is not None:
+        document["ranks_per_node"] = ranks_per_node
+        document["locality_findings"] = [
+            {
+                "dim": f.dim,
+                "group": f.group,
+                "nodes": f.nodes,
+                "avoidable": f.avoidable,
+                "message": f.message,
+            }
+            for f in plan.check_locality(ranks_per_node)
+        ]
+    if rank is not None:
+        document["rank"] = {
+            "rank": rank,
+            "coordinate": plan.coordinate(rank),
+            "groups": {dim: plan.group_of(rank, dim) for dim in shown_dims(plan)},
+        }
+    return json.dumps(document) + "\n"
+
+
+def findings_text(
+    findings: Sequence[LocalityFinding],
+    *,
+    plan: MeshTopology | None = None,
+    ranks_per_node: int | None = None,
+) -> list[str]:
+    """The locality report as lines: what to fix, what cannot be helped, what was checked.
+
+    With ``plan`` and ``ranks_per_node`` the lines also name the dimensions checked
+    and the ones left unchecked because their groups are meant to span nodes.
+    """
+    to_fix = [f for f in findings if f.avoidable]
+    notes = [f for f in findings if not f.avoidable]
+    if plan is None or ranks_per_node is None:
+        if not findings:
+            return [f"locality: no checked gang ({_checked_anywhere()}) crosses a node"]
+        return [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
+    if ranks_per_node >= plan.world_size:
+        held = "the only rank" if plan.world_size == 1 else f"all {plan.world_size} ranks"
+        return [f"locality: one node holds {held}, so no gang crosses a node"]
+    found = {f.dim for f in findings}
+    checked = checked_dims(plan)
+    fine = [f"{dim} (size {plan.size_of(dim)})" for dim in checked if dim not in found]
+    unchecked = unchecked_dims(plan)
+    stay = f"{_join(fine)} groups each stay on one node of {ranks_per_node} ranks"
+    cross = f"{_join(unchecked)} groups are meant to cross nodes and were not checked"
+    if not findings:
+        if not fine:
+            return [f"locality: nothing to check on nodes of {ranks_per_node} ranks; {cross}"]
+        return [f"locality: {stay}" + (f"; {cross}" if unchecked else "")]
+    lines = [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
+    if fine:
+        lines.append(f"  - fine: {stay}")
+    if unchecked:
+        lines.append(f"  - not checked: {_join(unchecked)} groups, meant to cross nodes")
+    return lines
+
+
+def _checked_anywhere() -> str:
+    """The dimensions the locality check looks at, as the registry says: ``"tp, cp, ep;
+    dp_shard with replicas"``."""
+    always = [str(dim) for dim in LOCALITY_PRIORITY if FACTS[dim].node_check == "always"]
+    replicas = [str(dim) for dim in LOCALITY_PRIORITY if FACTS[dim].node_check == "with_replicas"]
+    return "; ".join([", ".join(always), *(f"{dim} with replicas" for dim in replicas)])
+
+
+def finding_label(finding: LocalityFinding) -> str:
+    """``"to fix"`` for a crossing a change of sizes or order avoids, else ``"unavoidable"``."""
+    return "to fix" if finding.avoidable else "unavoidable"
+
+
+def _count_line(to_fix: list[LocalityFinding], notes: list[LocalityFinding]) -> str:
+    parts = []
+    if to_fix:
+        parts.append(f"{len(to_fix)} to fix")
+    if notes:
+        parts.append(f"{len(notes)} unavoidable at these sizes")
+    return f"locality findings: {', '.join(parts)}"
+
+
+def _finding_lines(to_fix: list[LocalityFinding], notes: list[LocalityFinding]) -> list[str]:
+    return [f"  - {finding_label(f)}: {f}" for f in (*to_fix, *notes)]
+
+
+def _join(words: Sequence[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    if len(words) < 2:
+        return "".join(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
+    if ranks_per_node is None:
+        return ""
+    nodes = -(-plan.world_size // ranks_per_node)
+    return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"
