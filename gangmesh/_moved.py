@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from typing_extensions import override
+
 _LAYERS = {
     "plan": ("_checks", "cluster", "dim_keywords", "dims", "expert", "layout", "locality",
              "placement", "topology", "view"),
@@ -33,6 +35,7 @@ MOVED = {module: layer for layer, modules in _LAYERS.items() for module in modul
 class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds ``gangmesh.<old name>`` and hands out the moved module."""
 
+    @override
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -41,10 +44,12 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
+    @override
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         name = spec.name.rpartition(".")[2]
         return importlib.import_module(f"gangmesh.{MOVED[name]}.{name}")
 
+    @override
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the moved module ran when it was imported."""
 

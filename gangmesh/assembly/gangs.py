@@ -11,6 +11,7 @@ from typing import Any, NoReturn, overload
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
+from typing_extensions import override
 
 from gangmesh.assembly import current, mesh_build
 from gangmesh.assembly.mesh_views import Meshes
@@ -225,6 +226,7 @@ class Gangs(Mapping[str, Gang]):
                     built.leases)  # fmt: skip
         return gangs
 
+    @override
     def __getitem__(self, name: str) -> Gang:
         """The gang of a dimension or alias: ``gangs["dp_shard"] is gangs.sdp``.
 
@@ -236,9 +238,11 @@ class Gangs(Mapping[str, Gang]):
             raise KeyError(f"gang {name!r}: expected one of {known}")
         return gang
 
+    @override
     def __iter__(self) -> Iterator[str]:
         return iter(self._built_names())
 
+    @override
     def __len__(self) -> int:
         return len(self._built_names())
 
@@ -246,9 +250,11 @@ class Gangs(Mapping[str, Gang]):
         """GANG_NAMES but those of gangs not built (:class:`UnbuiltGang`)."""
         return [n for n in GANG_NAMES if not isinstance(self._gangs[_canonical(n)], UnbuiltGang)]
 
+    @override
     def __eq__(self, other: object) -> bool:
         return self is other
 
+    @override
     def __hash__(self) -> int:
         return id(self)
 
@@ -316,6 +322,7 @@ class Gangs(Mapping[str, Gang]):
             write_layout_record(record, path)
         return record
 
+    @override
     def __repr__(self) -> str:
         rank = self.root.rank
         parts = [

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
+from typing_extensions import override
 
 from gangmesh.plan.dims import FACTS, FLATTENED, Dim
 from gangmesh.plan.topology import MeshTopology, View
@@ -59,6 +60,7 @@ class Meshes(Mapping[str, DeviceMesh]):
     def __init__(self, meshes: Mapping[str, DeviceMesh]) -> None:
         self._meshes = dict(meshes)
 
+    @override
     def __getitem__(self, name: str) -> DeviceMesh:
         canonical = MESH_ALIASES.get(name, name)
         mesh = self._meshes.get(canonical)
@@ -71,12 +73,15 @@ class Meshes(Mapping[str, DeviceMesh]):
             raise KeyError(f"mesh {name!r}: expected one of {known}")
         return mesh
 
+    @override
     def __iter__(self) -> Iterator[str]:
         return iter(self._meshes)
 
+    @override
     def __len__(self) -> int:
         return len(self._meshes)
 
+    @override
     def __repr__(self) -> str:
         shown = ", ".join(
             f"{name}: {dict(zip(mesh.mesh_dim_names or (), mesh.shape, strict=True))}"

@@ -16,6 +16,8 @@ import enum
 from dataclasses import dataclass
 from typing import Literal
 
+from typing_extensions import override
+
 
 class Dim(str, enum.Enum):
     """A dimension name; equal to (and printed as) the plain string it stands for."""
@@ -33,12 +35,15 @@ class Dim(str, enum.Enum):
     DP_CP = "dp_cp"
     EDP = "edp"
 
+    @override
     def __str__(self) -> str:
         return str(self.value)
 
+    @override
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
 
+    @override
     def __repr__(self) -> str:
         return repr(self.value)
 

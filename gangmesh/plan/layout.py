@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from typing_extensions import override
+
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_positive, is_int
 from gangmesh.plan.dims import DENSE_DIMS, FACTS, MEGATRON_NAMES, SIZE_NAMES, Dim
 
@@ -87,6 +89,7 @@ class Layout:
             object.__setattr__(self, name.value, value)
         object.__setattr__(self, "expert", asked and self.ep == 1 and self.etp == 1)
 
+    @override
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
         order = "" if self.order == DENSE_DIMS else f", order={','.join(self.order)!r}"

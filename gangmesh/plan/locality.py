@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from typing_extensions import override
 
 from gangmesh.plan.cluster import Cluster
 from gangmesh.plan.cluster import check_ranks_per_node as check_ranks_per_node
@@ -71,6 +72,7 @@ class LocalityFinding:
     -1 where a size follows), verified to keep the groups inside; None where the advice is
     no change of layout."""
 
+    @override
     def __str__(self) -> str:
         return self.message
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from typing_extensions import override
 
 from gangmesh.plan._checks import check_index, check_positive, check_rank_order
 from gangmesh.plan.cluster import Cluster, Site
@@ -193,6 +194,7 @@ class MeshTopology:
         keep the launcher's numbering."""
         return self._dense.placed
 
+    @override
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.sizes().items())
         order = "" if self._order == DENSE_DIMS else f", order={','.join(self._order)!r}"
@@ -200,11 +202,13 @@ class MeshTopology:
         placed = ", placed" if self._dense.placed else ""
         return f"MeshTopology({self._world_size}, {sizes}{order}{expert}{placed})"
 
+    @override
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeshTopology):
             return NotImplemented
         return self._key == other._key
 
+    @override
     def __hash__(self) -> int:
         return hash(self._key)
 

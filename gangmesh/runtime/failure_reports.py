@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch.distributed as dist
+from typing_extensions import override
 
 from gangmesh.runtime import peer_state
 
@@ -64,6 +65,7 @@ class Culprit:
     seconds: float
     """When it broke (seconds since the epoch; the clock of the host that saw it)."""
 
+    @override
     def __str__(self) -> str:
         return f"global rank {self.rank} on host {self.host} (pid {self.pid}) {self.what}"
 
@@ -81,6 +83,7 @@ class Explanation:
     silent_hosts: tuple[str, ...] = ()
     """Other hosts of which no member of the gang took part: unreachable or down."""
 
+    @override
     def __str__(self) -> str:
         if self.culprits:
             return "; ".join(map(str, self.culprits))

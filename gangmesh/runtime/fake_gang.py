@@ -6,6 +6,7 @@ from typing import Any, NoReturn, final
 
 import torch
 from torch import Tensor
+from typing_extensions import override
 
 from gangmesh.plan._checks import check_index, check_positive
 from gangmesh.runtime._validate import Splits, normalized_device
@@ -40,12 +41,15 @@ class FakeGang(PlacedGang):
         self._rank = check_index("rank", rank, size)
 
     @property
+    @override
     def supports_process_group(self) -> bool:
         return False
 
+    @override
     def close(self) -> None:
         """Nothing to release."""
 
+    @override
     def as_process_group(self) -> NoReturn:
         """A FakeGang has no process group: check :attr:`~Gang.supports_process_group` first.
 
@@ -55,33 +59,41 @@ class FakeGang(PlacedGang):
             "FakeGang has no process group; check gang.supports_process_group first"
         )
 
+    @override
     def describe(self) -> str:
         return f"FakeGang(rank={self._rank}, size={self._size}, device={self._device})"
 
+    @override
     def _create_gang(self, ranks: list[int]) -> FakeGang | None:
         if self._rank not in ranks:
             return None
         return FakeGang(self._device, rank=ranks.index(self._rank), size=len(ranks))
 
+    @override
     def _barrier(self) -> None:
         pass
 
+    @override
     def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
         _combine_with_itself(tensor, op, self._size)
 
+    @override
     def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
         output_tensor.view(self._size, -1).copy_(input_tensor.reshape(1, -1))
 
+    @override
     def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
         for output in output_tensors:
             output.copy_(input_tensor)
 
+    @override
     def _reduce_scatter(
         self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
     ) -> None:
         output_tensor.view(-1).copy_(input_tensor.reshape(self._size, -1)[self._rank])
         _combine_with_itself(output_tensor, op, self._size)
 
+    @override
     def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
         output_split_sizes, input_split_sizes = splits
         if input_split_sizes is None:
@@ -105,9 +117,11 @@ class FakeGang(PlacedGang):
         chunk = input_tensor[start : start + rows]
         output_tensor.view(self._size, rows, *input_tensor.shape[1:]).copy_(chunk.unsqueeze(0))
 
+    @override
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
         pass
 
+    @override
     def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None:
         pass
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch.distributed import ProcessGroup
+from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError, check_ranks
 from gangmesh.runtime._validate import (
@@ -266,6 +267,7 @@ class Gang(ABC):
         """A short description for messages: kind, size and rank."""
         return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
 
+    @override
     def __repr__(self) -> str:
         return self.describe()
 
@@ -308,13 +310,16 @@ class PlacedGang(Gang):
     _device: torch.device
 
     @property
+    @override
     def rank(self) -> int:
         return self._rank
 
     @property
+    @override
     def size(self) -> int:
         return self._size
 
     @property
+    @override
     def device(self) -> torch.device:
         return self._device

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.distributed import ProcessGroup
+from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError
 from gangmesh.runtime import _backend, _c10d, failure_reports
@@ -54,9 +55,11 @@ class GroupGang(PlacedGang):
         """Where :meth:`~Gang.barrier` runs a monitored barrier; None for a plain one."""
 
     @property
+    @override
     def supports_process_group(self) -> bool:
         return True
 
+    @override
     def describe(self) -> str:
         return (
             f"gang '{self._name}' (size {self._size}, rank {self._rank}, "
@@ -78,6 +81,7 @@ class GroupGang(PlacedGang):
             self._closed(op)
         return self._pg
 
+    @override
     def _barrier(self) -> None:
         pg = self._live("barrier")
         try:
@@ -93,6 +97,7 @@ class GroupGang(PlacedGang):
             monitored = self._monitor_group is not None
             self._fail("barrier", ex, self._absentees(str(ex)) if monitored else None)
 
+    @override
     def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
         pg = self._live("all_reduce")
         try:
@@ -100,6 +105,7 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail(f"all_reduce({op.name})", ex)
 
+    @override
     def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
         pg = self._live("all_gather")
         if input_tensor.dim() == 0:
@@ -115,6 +121,7 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail("all_gather", ex)
 
+    @override
     def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
         pg = self._live("all_gather_to_list")
         if self._order is not None:
@@ -124,6 +131,7 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail("all_gather_to_list", ex)
 
+    @override
     def _reduce_scatter(
         self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
     ) -> None:
@@ -139,6 +147,7 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail(f"reduce_scatter({op.name})", ex)
 
+    @override
     def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
         pg = self._live("all_to_all")
         try:
@@ -153,6 +162,7 @@ class GroupGang(PlacedGang):
         """The rank in the group of gang rank ``rank``."""
         return rank if self._order is None else self._order.to_group[rank]
 
+    @override
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
         pg = self._live("broadcast")
         try:
@@ -160,6 +170,7 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail(f"broadcast(source_rank={source_rank})", ex)
 
+    @override
     def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None:
         pg = self._live("broadcast_objects")
         try:

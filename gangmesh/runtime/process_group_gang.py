@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, final
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
+from typing_extensions import override
 
 from gangmesh.plan._checks import check_positive
 from gangmesh.plan.dims import ROOT
@@ -245,6 +246,7 @@ class ProcessGroupGang(GroupGang):
         """Global rank of each member, indexed by gang rank."""
         return list(self._global_ranks)
 
+    @override
     def as_process_group(self) -> ProcessGroup:
         """The ProcessGroup. Its ranks ascend with the global ranks, so a sub-gang made with
         ranks out of order (``create_gang([2, 0])``) numbers its members otherwise.
@@ -255,6 +257,7 @@ class ProcessGroupGang(GroupGang):
             self._closed("as_process_group")
         return self._pg
 
+    @override
     def __repr__(self) -> str:
         members = self._global_ranks
         shown = members if len(members) <= 8 else [*members[:7], "...", members[-1]]
@@ -263,6 +266,7 @@ class ProcessGroupGang(GroupGang):
             f"global_ranks=[{', '.join(map(str, shown))}], backend={self._backend})"
         )
 
+    @override
     def close(self) -> None:
         """Release this gang's hold on its group; later calls do nothing.
 
@@ -304,6 +308,7 @@ class ProcessGroupGang(GroupGang):
             self._monitor_lease = acquire(self._key(self._global_ranks, "gloo"), self._name)
             self._monitor_group = self._monitor_lease.group
 
+    @override
     def _create_gang(self, ranks: list[int]) -> ProcessGroupGang | None:
         pg = self.as_process_group()
         members = [self._global_ranks[r] for r in ranks]

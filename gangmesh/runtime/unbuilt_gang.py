@@ -6,6 +6,7 @@ from typing import Any, NoReturn, final
 
 import torch
 from torch import Tensor
+from typing_extensions import override
 
 from gangmesh.runtime._validate import Splits
 from gangmesh.runtime.gang import GangError, PlacedGang, ReduceOperation
@@ -31,15 +32,19 @@ class UnbuiltGang(PlacedGang):
         self._hint = hint
 
     @property
+    @override
     def supports_process_group(self) -> bool:
         return False
 
+    @override
     def close(self) -> None:
         """Nothing to release."""
 
+    @override
     def describe(self) -> str:
         return f"gang '{self._name}' (size {self._size}, rank {self._rank}, not built)"
 
+    @override
     def as_process_group(self) -> NoReturn:
         """:raises GangError: always: it has no group."""
         self._refuse("as_process_group")
@@ -47,31 +52,40 @@ class UnbuiltGang(PlacedGang):
     def _refuse(self, op: str) -> NoReturn:
         raise GangError(f"{op}: {self.describe()}: {self._hint}")
 
+    @override
     def _create_gang(self, ranks: list[int]) -> NoReturn:
         self._refuse("create_gang")
 
+    @override
     def _barrier(self) -> NoReturn:
         self._refuse("barrier")
 
+    @override
     def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> NoReturn:
         self._refuse("all_reduce")
 
+    @override
     def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> NoReturn:
         self._refuse("all_gather")
 
+    @override
     def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> NoReturn:
         self._refuse("all_gather_to_list")
 
+    @override
     def _reduce_scatter(
         self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
     ) -> NoReturn:
         self._refuse("reduce_scatter")
 
+    @override
     def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> NoReturn:
         self._refuse("all_to_all")
 
+    @override
     def _broadcast(self, tensor: Tensor, source_rank: int) -> NoReturn:
         self._refuse("broadcast")
 
+    @override
     def _broadcast_objects(self, objects: list[Any], source_rank: int) -> NoReturn:
         self._refuse("broadcast_objects")

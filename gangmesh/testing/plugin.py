@@ -89,6 +89,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from typing_extensions import override
 
 from gangmesh.testing.outcome import WorldFailed, report_outcomes
 from gangmesh.testing.rank import PooledRank, RankReporter
@@ -287,9 +288,11 @@ class GangmeshWorldItem(pytest.Item):
         )
         return item
 
+    @override
     def reportinfo(self) -> tuple[os.PathLike[str] | str, int | None, str]:
         return self.function.reportinfo()
 
+    @override
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
     ) -> str | TerminalRepr:
@@ -297,6 +300,7 @@ class GangmeshWorldItem(pytest.Item):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
+    @override
     def runtest(self) -> None:
         shape, timeout = _marker_arguments(self.get_closest_marker(MARKER))
         if shape.hosts > 1:

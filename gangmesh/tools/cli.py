@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from typing_extensions import override
+
 from gangmesh import __version__
 from gangmesh.plan.dim_keywords import closest
 from gangmesh.plan.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
@@ -46,6 +48,7 @@ LAUNCHED_CHECK_OPTIONS: dict[str, str] = {**CHECK_OPTIONS, "world_size": "the wo
 class _HelpFormatter(argparse.HelpFormatter):
     """Help that shows each option's default, where it has one worth showing."""
 
+    @override
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         if (
@@ -61,9 +64,11 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit code 2; an unknown option is
     named first (before a missing one), after the usage line, with the closest option."""
 
+    @override
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
 
+    @override
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
