@@ -345,8 +345,26 @@ def explain(global_ranks: list[int], gang_rank: int, timeout: timedelta) -> Expl
     current = _channel
     if current is None:
         return None
+    global _named_here
     try:
-        return current.explain(global_ranks, gang_rank, timeout)
+        found = current.explain(global_ranks, gang_rank, timeout)
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
         return None
+    _named_here = tuple(c.pid for c in found.culprits if c.host == current.host)
+    return found
+
+
+_named_here: tuple[int, ...] = ()
+"""The pids of the culprits this process last named on its own host."""
+
+
+def let_culprits_end(bound: float) -> None:
+    """Wait up to ``bound`` seconds for the culprits this process named on its own host to
+    end (a stopped one is not waited for): a launcher that watches both then sees the
+    culprit end first, and names it rather than this process."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline and any(
+        peer_state.fate(pid, None) is None for pid in _named_here
+    ):
+        time.sleep(_POLL)  # the culprit's exit is not signalled to this process

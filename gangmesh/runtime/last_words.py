@@ -6,7 +6,9 @@ job's store, so that every survivor's GangError names it, and writes torchelasti
 file (``TORCHELASTIC_ERROR_FILE``) dated when it died. A survivor that dies of the GangError
 this caused writes its error file dated one second later: torchelastic keeps whole seconds,
 names the earliest failure as the root cause and breaks ties by local rank, so without this
-a survivor of lower rank that failed in the same second would be named instead.
+a survivor of lower rank that failed in the same second would be named instead. Before it
+goes, such a survivor also lets the culprits it named on its host end first (a few seconds
+at most): torchrun counts only the processes that ended before it stops the others.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from gangmesh.runtime.gang import GangError
 log = logging.getLogger("gangmesh")
 
 _installed = False
+_CULPRIT_EXIT_BOUND = 3.0
+"""Seconds a survivor dying of a GangError waits for the culprits it named on its host to end."""
 
 
 def install() -> None:
@@ -57,7 +61,9 @@ def last_words(value: BaseException, tb: TracebackType | None) -> None:
     if channel is None:
         return
     consequence = isinstance(value, GangError)
-    if not consequence:
+    if consequence:
+        failure_reports.let_culprits_end(_CULPRIT_EXIT_BOUND)
+    else:
         channel.report(f"raised {first_line(value)}")
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if path:
