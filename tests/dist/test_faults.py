@@ -63,7 +63,7 @@ def test_a_peer_killed_mid_loop(run_fault):
         assert got["error"].startswith(
             f"all_reduce(SUM) failed on gang 'root' (size 4, rank {rank}"
         )
-        assert got["errored_at"] - killed_at < TIMEOUT_S + 2
+        assert got["errored_at"] - killed_at < TIMEOUT_S + 5, "within the timeout and 5 s more"
         assert got["closed_twice"] is True
 
 
