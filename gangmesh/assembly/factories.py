@@ -7,19 +7,19 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
+from typing_extensions import Unpack
 
 from gangmesh.assembly import mesh_build
 from gangmesh.assembly.gangs import Gangs
 from gangmesh.assembly.rendezvous import LayoutAgreement
 from gangmesh.plan._checks import InvalidTypeError, check_positive, check_timeout
 from gangmesh.plan.cluster import Site
-from gangmesh.plan.dim_keywords import check_keywords
-from gangmesh.plan.dims import DENSE_DIMS, SIZE_NAMES
-from gangmesh.plan.layout import Layout
+from gangmesh.plan.dim_keywords import with_keywords
+from gangmesh.plan.dims import DENSE_DIMS
+from gangmesh.plan.layout import LAYOUT_DEFAULTS, Layout, LayoutKeywords
 from gangmesh.plan.placement import place, this_site
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime.fake_gang import FakeGang
@@ -30,21 +30,13 @@ from gangmesh.runtime.process_group_gang import ProcessGroupGang
 log = logging.getLogger("gangmesh")
 
 
-@check_keywords
+@with_keywords(LayoutKeywords, LAYOUT_DEFAULTS)
 def create_gangs(
     root_gang: Gang,
     *,
-    pp: int = 1,
-    dp_replicate: int = 1,
-    dp_shard: int = -1,
-    cp: int = 1,
-    tp: int = 1,
-    ep: int = 1,
-    etp: int = 1,
-    order: str | tuple[str, ...] | list[str] | None = None,
-    expert: bool = False,
     timeout: timedelta | None = None,
     placement: bool | Sequence[Site] | None = None,
+    **keywords: Unpack[LayoutKeywords],
 ) -> Gangs:
     """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
 
@@ -89,17 +81,15 @@ def create_gangs(
         the expert view broken, or a root gang that is not the default group's.
     :raises GangError: a process group cannot be created.
     """
-    args = locals()
     _check_root(root_gang)
-    sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
     try:
-        layout = Layout(**sizes, order=order, expert=expert)
+        layout = Layout(**keywords)
     except ValueError as ex:
         # Peers learn of the request that failed here instead of waiting for it.
         others = {"timeout": timeout, "placement": _asked(placement)}
-        asked = {**sizes, "order": order, "expert": expert}
+        asked = {**LAYOUT_DEFAULTS, **keywords}
         LayoutAgreement(root_gang, asked, **others).leave_request()
-        raise _with_hint(ex, root_gang.size, _wanted(sizes[name] for name in DENSE_DIMS)) from None
+        raise _with_hint(ex, root_gang.size, _wanted(asked[name] for name in DENSE_DIMS)) from None
     return _create(root_gang, layout, timeout, placement)
 
 

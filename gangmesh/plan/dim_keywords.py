@@ -1,11 +1,13 @@
-"""Unknown dimension keywords: a TypeError that names the valid ones and the closest."""
+"""Keywords declared once: the signature that spells them out, and a TypeError that names
+the valid ones and the closest for an unknown one."""
 
 from __future__ import annotations
 
 import difflib
 import functools
 import inspect
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from typing import ParamSpec, TypeVar
 
 from gangmesh.plan._checks import InvalidTypeError
@@ -56,5 +58,43 @@ def check_keywords(function: Callable[_P, _R]) -> Callable[_P, _R]:
         return function(*args, **kwargs)
 
     # read by tools, as inspect.signature is
-    checked.__kwdefaults__ = getattr(function, "__kwdefaults__", None)  # type: ignore[attr-defined]
+    checked.__kwdefaults__ = {  # type: ignore[attr-defined]
+        name: p.default
+        for name, p in parameters.items()
+        if p.kind is p.KEYWORD_ONLY and p.default is not p.empty
+    }
     return checked
+
+
+def with_keywords(
+    declaration: type, defaults: Mapping[str, object]
+) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """A decorator for a function that takes ``**keywords: Unpack[declaration]``: its
+    signature (``__signature__``, what help(), IDEs and Sphinx show) spells out each key of
+    the TypedDict ``declaration`` as a keyword-only parameter, with its type and its default
+    in ``defaults`` (none: required), before the function's other keyword-only ones; and
+    an unknown keyword raises the TypeError of :func:`check_keywords`.
+
+    :param declaration: the TypedDict of the keywords.
+    :param defaults: keyword -> default, for the keywords that have one.
+    """
+    hints = typing.get_type_hints(declaration)
+
+    def spelled_out(function: Callable[_P, _R]) -> Callable[_P, _R]:
+        signature = inspect.signature(function)
+        declared = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=defaults.get(name, inspect.Parameter.empty),
+                annotation=hint,
+            )
+            for name, hint in hints.items()
+        ]
+        kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        at = next((i for i, p in enumerate(kept) if p.kind is p.KEYWORD_ONLY), len(kept))
+        parameters = [*kept[:at], *declared, *kept[at:]]
+        function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return check_keywords(function)
+
+    return spelled_out

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from typing_extensions import override
+from typing_extensions import TypedDict, Unpack, override
 
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_positive, is_int
+from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import DENSE_DIMS, FACTS, MEGATRON_NAMES, SIZE_NAMES, Dim
 
 OrderArg = Sequence[str] | str | None
@@ -23,6 +24,30 @@ string), a Megatron-Core order string (innermost first, dashes), or None (the de
 
 _MEGATRON_EP = Dim.EP.value
 """The name Megatron-Core's order strings give expert parallelism, beside dp."""
+
+
+class LayoutKeywords(TypedDict, total=False):
+    """The keywords that ask for a layout, declared once: those of :class:`Layout`,
+    :class:`~gangmesh.MeshTopology` and :func:`~gangmesh.create_gangs`. A size is one of
+    :data:`~gangmesh.plan.dims.SIZE_NAMES`, its default the registry's."""
+
+    pp: int
+    dp_replicate: int
+    dp_shard: int
+    cp: int
+    tp: int
+    ep: int
+    etp: int
+    order: OrderArg
+    expert: bool
+
+
+LAYOUT_DEFAULTS: dict[str, object] = {
+    **{dim.value: FACTS[dim].default for dim in SIZE_NAMES},
+    "order": None,
+    "expert": False,
+}
+"""Keyword of :class:`LayoutKeywords` -> its default."""
 
 
 @dataclass(frozen=True, init=False)
@@ -66,23 +91,12 @@ class Layout:
     """Whether the job asked for the expert view's gangs at ep = 1 and etp = 1 too (False
     where ep or etp is above 1: those build them anyway)."""
 
-    def __init__(
-        self,
-        *,
-        pp: int = 1,
-        dp_replicate: int = 1,
-        dp_shard: int = -1,
-        cp: int = 1,
-        tp: int = 1,
-        ep: int = 1,
-        etp: int = 1,
-        order: OrderArg = None,
-        expert: bool = False,
-    ) -> None:
-        args = locals()
-        given: dict[Dim, object] = {name: args[name.value] for name in SIZE_NAMES}
-        object.__setattr__(self, "order", parse_order(order))
-        asked = check_flag("expert", expert)
+    @with_keywords(LayoutKeywords, LAYOUT_DEFAULTS)
+    def __init__(self, **keywords: Unpack[LayoutKeywords]) -> None:
+        asked_for: dict[str, object] = {**LAYOUT_DEFAULTS, **keywords}
+        given = {name: asked_for[name.value] for name in SIZE_NAMES}
+        object.__setattr__(self, "order", parse_order(keywords.get("order")))
+        asked = check_flag("expert", keywords.get("expert", False))
         dense = _check_dense({name: given[name] for name in DENSE_DIMS})
         for name in SIZE_NAMES:
             value = dense[name] if name in dense else check_positive(name, given[name])

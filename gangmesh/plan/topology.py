@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
 from gangmesh.plan._checks import check_index, check_positive, check_rank_order
 from gangmesh.plan.cluster import Cluster, Site
-from gangmesh.plan.dim_keywords import check_keywords
+from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import (
     ALIASES,
     DENSE_DIMS,
@@ -37,7 +36,7 @@ from gangmesh.plan.dims import (
     Dim,
 )
 from gangmesh.plan.expert import expert_view
-from gangmesh.plan.layout import Layout
+from gangmesh.plan.layout import LAYOUT_DEFAULTS, Layout, LayoutKeywords
 from gangmesh.plan.locality import LocalityFinding, find_crossings
 from gangmesh.plan.view import View, named_view
 
@@ -98,24 +97,9 @@ class MeshTopology:
         ``etp`` or ``order`` breaking a rule (naming it).
     """
 
-    @check_keywords
-    def __init__(
-        self,
-        world_size: int,
-        *,
-        pp: int = 1,
-        dp_replicate: int = 1,
-        dp_shard: int = -1,
-        cp: int = 1,
-        tp: int = 1,
-        ep: int = 1,
-        etp: int = 1,
-        order: Sequence[str] | str | None = None,
-        expert: bool = False,
-    ) -> None:
-        args = locals()
-        sizes: dict[str, Any] = {name.value: args[name.value] for name in SIZE_NAMES}
-        layout = Layout(**sizes, order=order, expert=expert)
+    @with_keywords(LayoutKeywords, LAYOUT_DEFAULTS)
+    def __init__(self, world_size: int, **keywords: Unpack[LayoutKeywords]) -> None:
+        layout = Layout(**keywords)
         self._lay_out(check_positive("world_size", world_size), layout)
 
     @classmethod
