@@ -21,8 +21,8 @@ _LAYERS = {
                 "environment", "failure_reports", "fake_gang", "gang", "group_gang",
                 "last_words", "ops", "peer_state", "process_group_gang", "rank_order",
                 "unbuilt_gang"),
-    "assembly": ("aliases", "current", "factories", "gangs", "mesh_build", "mesh_read",
-                 "mesh_views", "mesh_wrap", "record", "rendezvous", "setup"),
+    "assembly": ("aliases", "current", "factories", "gangs", "hand_built", "mesh_build",
+                 "mesh_read", "mesh_views", "mesh_wrap", "record", "rendezvous", "setup"),
     "tools": ("check", "check_command", "check_report", "launch", "plan_command", "render",
               "svg", "svg_overview", "svg_shapes"),
 }  # fmt: skip

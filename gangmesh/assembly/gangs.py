@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -11,33 +12,36 @@ from typing import Any, NoReturn, overload
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
-from gangmesh.assembly import current, mesh_build
+from gangmesh.assembly import mesh_build, record
+from gangmesh.assembly.hand_built import GANG_DEFAULTS, GangKeywords, completed, keywords_of
 from gangmesh.assembly.mesh_views import Meshes
 from gangmesh.assembly.mesh_wrap import wrap_meshes
-from gangmesh.plan.dims import (
-    ALIASES,
-    FACTS,
-    FLATTENED,
-    GANG_DIMS,
-    GANG_NAMES,
-    ROOT,
-    SIZE_NAMES,
-    Dim,
-    field_name,
-)
+from gangmesh.plan.dim_keywords import with_keywords
+from gangmesh.plan.dims import ALIASES, FLATTENED, GANG_DIMS, GANG_NAMES, ROOT, Dim
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.plan.view import short_group
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime.communicators import CommunicatorInfo, Lease, created_by_gangmesh
-from gangmesh.runtime.fake_gang import FakeGang
 from gangmesh.runtime.gang import Gang
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 from gangmesh.runtime.unbuilt_gang import UnbuiltGang
 
 _STORED = (*FLATTENED[Dim.DP], *(dim for dim in GANG_DIMS if dim not in FLATTENED[Dim.DP]))
 """The dimensions of GANG_DIMS in the order their gangs are reported, HSDP's two first."""
+
+
+_entered = threading.local()
+
+
+def entered_gangs() -> list[Gangs]:
+    """The Gangs the calling thread entered with ``with gangs:`` and has not left, innermost
+    last."""
+    stack: list[Gangs] | None = getattr(_entered, "stack", None)
+    if stack is None:
+        stack = _entered.stack = []
+    return stack
 
 
 class _Field:
@@ -67,32 +71,6 @@ def _canonical(name: str) -> str:
     """The dimension a name stands for: "rdp" -> "dp_replicate"; other names as they are."""
     targets = ALIASES.get(name, ())
     return targets[0] if len(targets) == 1 else name
-
-
-_DEFAULTS: dict[Dim, Dim | None] = {
-    Dim.CP: None, Dim.EP: None, Dim.EFSDP: Dim.DP_SHARD, Dim.ETP: Dim.TP, Dim.EDP: Dim.DP
-}  # fmt: skip
-"""What a Gangs built by hand takes for a gang it is not given: the dense gang of the same
-members, or (None) a FakeGang of size 1."""
-
-
-def _check_expert_sizes(
-    plan: MeshTopology, gangs: Mapping[Dim, Gang], given: Mapping[str, Gang | None]
-) -> None:
-    """Check that each expert gang, given or taken by default, has the plan's size.
-
-    :raises ValueError: naming the gang, its size and the plan's.
-    """
-    for dim, default in _DEFAULTS.items():
-        size, expected = gangs[dim].size, plan.size_of(dim)
-        if FACTS[dim].expert and size != expected:
-            got = f"one of size {size}"
-            if given[field_name(dim)] is None:
-                taken = "a FakeGang" if default is None else field_name(default)
-                got = f"none, and its default ({taken}) has size {size}"
-            raise ValueError(
-                f"{dim}: expected a gang of size {expected}, as in the plan {plan}, got {got}"
-            )
 
 
 class Gangs(Mapping[str, Gang]):
@@ -151,66 +129,23 @@ class Gangs(Mapping[str, Gang]):
     timeout: timedelta | None
     """Timeout of the groups these gangs created."""
 
+    @with_keywords(GangKeywords, GANG_DEFAULTS)
     def __init__(
         self,
         *,
-        root: Gang,
-        dp: Gang,
-        rdp: Gang,
-        sdp: Gang,
-        tp: Gang,
-        pp: Gang,
-        cp: Gang | None = None,
-        ep: Gang | None = None,
-        efsdp: Gang | None = None,
-        etp: Gang | None = None,
-        edp: Gang | None = None,
         plan: MeshTopology | None = None,
         mesh: DeviceMesh | None = None,
         expert_mesh: DeviceMesh | None = None,
         timeout: timedelta | None = None,
         meshes: Mapping[str, DeviceMesh] | None = None,
+        **gangs: Unpack[GangKeywords],
     ) -> None:
-        args = locals()
-        given: dict[str, Gang | None] = {name: args[name] for name in GANG_NAMES}
-        off = {name: gang.rank for name, gang in given.items() if gang is not None and gang.rank}
-        if root.rank == 0 and off:
-            raise ValueError(
-                f"{', '.join(off)}: root rank 0 must be rank 0 of every gang, but its rank "
-                f"there is {', '.join(map(str, off.values()))}"
-            )
-        if (efsdp is None or edp is None) and cp is not None and cp.size > 1:
-            raise ValueError(
-                f"efsdp, edp: expected the expert gangs when cp={cp.size} > 1 (efsdp "
-                f"spans dp_shard x cp, which no dense gang holds), got none"
-            )
-        by_dim: dict[Dim, Gang] = {}
-        for dim in GANG_DIMS:
-            gang, default = given[field_name(dim)], _DEFAULTS.get(dim)
-            if gang is None:
-                gang = FakeGang(root.device) if default is None else by_dim[default]
-            by_dim[dim] = gang
-        sizes: dict[str, Any] = {dim.value: by_dim[dim].size for dim in SIZE_NAMES}
-        plan = plan or MeshTopology(root.size, **sizes)
-        _check_expert_sizes(plan, by_dim, given)
+        by_dim, plan = completed(gangs, plan)
         given_meshes = {"dense": mesh, "expert": expert_mesh}
         meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
-        store: dict[str, Gang] = {name: by_dim[name] for name in _STORED}
-        self._hold(root, store, plan, Meshes(meshes), timeout, [])
-
-    def _hold(
-        self,
-        root: Gang,
-        gangs: Mapping[str, Gang],
-        plan: MeshTopology,
-        meshes: Meshes,
-        timeout: timedelta | None,
-        leases: list[Lease],
-    ) -> None:
-        """Keep ``gangs`` (dimension name -> gang: those of _STORED first) and the rest."""
-        self._gangs: dict[str, Gang] = {ROOT: root, **gangs}
-        self.plan, self.meshes, self.timeout = plan, meshes, timeout
-        self._leases = leases
+        self._gangs: dict[str, Gang] = {ROOT: gangs["root"], **{n: by_dim[n] for n in _STORED}}
+        self.plan, self.meshes, self.timeout = plan, Meshes(meshes), timeout
+        self._leases: list[Lease] = []
         self._closed = False
         if meshes:
             release_at_exit(self)
@@ -219,11 +154,12 @@ class Gangs(Mapping[str, Gang]):
     def _of(
         cls, root: Gang, plan: MeshTopology, built: mesh_build.Built, timeout: timedelta | None
     ) -> Gangs:
-        """The Gangs of what :mod:`gangmesh.assembly.mesh_build` built for ``plan``."""
-        gangs = cls.__new__(cls)
-        ordered: dict[str, Gang] = {name: built.gangs[name] for name in _STORED}
-        gangs._hold(root, {**ordered, **built.gangs}, plan, Meshes(built.meshes), timeout,
-                    built.leases)  # fmt: skip
+        """The Gangs of what :mod:`gangmesh.assembly.mesh_build` built for ``plan``, made as
+        one is made by hand; it holds the flattened gangs and the meshes' leases besides."""
+        keywords = keywords_of(root, built.gangs)
+        gangs = cls(**keywords, plan=plan, meshes=built.meshes, timeout=timeout)
+        gangs._gangs.update(built.gangs)
+        gangs._leases.extend(built.leases)
         return gangs
 
     @override
@@ -303,9 +239,7 @@ class Gangs(Mapping[str, Gang]):
 
         :raises GangError: a peer died or did not answer.
         """
-        from gangmesh.assembly.record import layout_record
-
-        return layout_record(self)
+        return record.layout_record(self)
 
     def write_layout_record(self, path: str | Path) -> dict[str, Any]:
         """Gather the layout record and write it as JSON to ``path`` from root rank 0 only;
@@ -315,12 +249,10 @@ class Gangs(Mapping[str, Gang]):
         :raises GangError: a peer died or did not answer.
         :raises OSError: rank 0 cannot write ``path``.
         """
-        from gangmesh.assembly.record import layout_record, write_layout_record
-
-        record = layout_record(self)
+        gathered = record.layout_record(self)
         if self.root.rank == 0:
-            write_layout_record(record, path)
-        return record
+            record.write_layout_record(gathered, path)
+        return gathered
 
     @override
     def __repr__(self) -> str:
@@ -339,7 +271,7 @@ class Gangs(Mapping[str, Gang]):
         return f"Gangs(rank {rank} of {self.root.size}: {'; '.join(parts)})"
 
     def __enter__(self) -> Gangs:
-        current.push(self)
+        entered_gangs().append(self)
         return self
 
     def __exit__(
@@ -348,7 +280,9 @@ class Gangs(Mapping[str, Gang]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        current.pop(self)
+        entered = entered_gangs()
+        if entered and entered[-1] is self:
+            entered.pop()
 
     def close(self) -> None:
         """Close the gangs and groups these Gangs created; later calls do nothing.

@@ -12,23 +12,38 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
 from gangmesh.plan.dims import GANG_NAMES, ROOT
 from gangmesh.plan.placement import this_site
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime.gang import Gang
 from gangmesh.runtime.ops import all_gather_objects
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
-
-if TYPE_CHECKING:
-    from gangmesh.assembly.gangs import Gangs
 
 RECORD_VERSION = 1
 """The version of the record's format, written into it as ``"version"``."""
 
 
-def layout_record(gangs: Gangs) -> dict[str, Any]:
+class RecordedGangs(Protocol):
+    """What the record reads of a :class:`~gangmesh.Gangs`: the root gang, the plan, and
+    the gang of each name."""
+
+    @property
+    def root(self) -> Gang:
+        """The gang of every process."""
+
+    @property
+    def plan(self) -> MeshTopology:
+        """The layout the gangs were built from."""
+
+    def __getitem__(self, name: str) -> Gang:
+        """The gang of a dimension or alias."""
+
+
+def layout_record(gangs: RecordedGangs) -> dict[str, Any]:
     """The job's layout record, the same on every process (JSON-ready: str keys only).
 
     Every process of the root gang must call it: it gathers each process's site and groups.
@@ -94,7 +109,7 @@ def read_layout_record(path: str | Path) -> dict[str, Any]:
     return record
 
 
-def _groups_of(gangs: Gangs) -> dict[str, dict[str, Any]]:
+def _groups_of(gangs: RecordedGangs) -> dict[str, dict[str, Any]]:
     """This process's group of each gang, root first."""
     rank = gangs.root.rank
     groups = {}
