@@ -15,8 +15,8 @@ from types import ModuleType
 from typing_extensions import override
 
 _LAYERS = {
-    "plan": ("_checks", "cluster", "dim_keywords", "dims", "expert", "layout", "locality",
-             "placement", "topology", "view"),
+    "plan": ("_checks", "cluster", "dim_keywords", "dims", "expert", "group_queries", "layout",
+             "locality", "placement", "topology", "view"),
     "runtime": ("_backend", "_c10d", "_exit", "_validate", "communicators", "default_group",
                 "environment", "failure_reports", "fake_gang", "gang", "group_gang",
                 "last_words", "ops", "peer_state", "process_group_gang", "rank_order",

@@ -134,7 +134,7 @@ def _test_frames(stacks: str) -> str:
         "/pluggy/",
         "/pytest/__main__.py",
         "<frozen runpy>",
-        "/gangmesh/testing/forkserver.py",
+        "/gangmesh/testing/forkserver",  # forkserver.py and forkserver_process.py
         "/gangmesh/testing/rank.py",
     )
     return "\n".join(

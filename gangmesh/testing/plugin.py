@@ -91,7 +91,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typing_extensions import override
 
+from gangmesh.testing.forkserver import ForkServer
+from gangmesh.testing.netns import namespaces_unavailable
 from gangmesh.testing.outcome import WorldFailed, report_outcomes
+from gangmesh.testing.pool import WorldPool
 from gangmesh.testing.rank import PooledRank, RankReporter
 from gangmesh.testing.shape import WorldShape
 from gangmesh.testing.world import (
@@ -109,8 +112,6 @@ if TYPE_CHECKING:
 
     from gangmesh.assembly.gangs import Gangs
     from gangmesh.runtime.gang import Gang
-    from gangmesh.testing.forkserver import ForkServer
-    from gangmesh.testing.pool import WorldPool
 
 __all__ = ["DEFAULT_TIMEOUT", "FAILURE_GRACE", "MARKER", "SimulatedGangs", "WorldFailed"]
 
@@ -304,8 +305,6 @@ class GangmeshWorldItem(pytest.Item):
     def runtest(self) -> None:
         shape, timeout = _marker_arguments(self.get_closest_marker(MARKER))
         if shape.hosts > 1:
-            from gangmesh.testing.netns import namespaces_unavailable
-
             why = namespaces_unavailable()
             if why:
                 pytest.skip(f"{shape.describe()}: {why}")
@@ -320,8 +319,6 @@ def _pool(config: pytest.Config) -> WorldPool:
     """The session's pool of worlds (made on first use)."""
     pool = config.stash.get(_POOL, None)
     if pool is None:
-        from gangmesh.testing.pool import WorldPool
-
         targets = config.stash.get(_TARGETS, {})
         pool = config.stash[_POOL] = WorldPool(config, lambda: _server(config), targets)
     return pool

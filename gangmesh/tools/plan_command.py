@@ -15,6 +15,7 @@ from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.tools.render import finding_label, plan_json, plan_table
+from gangmesh.tools.svg import plan_svg
 
 FINDINGS_EXIT = 1
 """Exit code of ``gangmesh plan --strict`` when a locality finding is one to fix."""
@@ -52,8 +53,6 @@ def run_plan(args: argparse.Namespace) -> int:
         if wider is not None:
             text = _with_wider_json(text, args, wider)
     elif args.format == "svg":
-        from gangmesh.tools.svg import plan_svg
-
         text = plan_svg(plan, ranks_per_node=per_node, rank=args.rank)
     else:
         text = plan_table(plan, ranks_per_node=per_node, rank=args.rank)

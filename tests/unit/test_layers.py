@@ -78,3 +78,89 @@ def test_an_old_module_path_gives_the_moved_module(old):
     name = old.rpartition(".")[2]
     moved = importlib.import_module(f"gangmesh.{_moved.MOVED[name]}.{name}")
     assert importlib.import_module(old) is moved
+
+
+MODULES = {
+    ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): path
+    for path in PACKAGE.rglob("*.py")
+}
+"""Every module of gangmesh, by name."""
+
+
+def _is_type_checking(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(path: Path, *, in_functions: bool) -> set[str]:
+    """The modules (of gangmesh, and the top-level packages of the others) that ``path``
+    imports where it runs: at the top (``in_functions`` false; blocks for type checkers
+    left out), or inside functions."""
+    tree = ast.parse(path.read_text())
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    if in_functions:
+        nodes = [node for function in functions for node in ast.walk(function)]
+    else:
+        inside = {id(node) for function in functions for node in ast.walk(function)}
+        hidden = {id(n) for s in tree.body if _is_type_checking(s) for n in ast.walk(s)}
+        nodes = [n for n in ast.walk(tree) if id(n) not in inside and id(n) not in hidden]
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update(
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                for a in node.names
+            )
+    return {name if name in MODULES else name.split(".")[0] for name in found}
+
+
+def importers_of_torch() -> set[str]:
+    """The modules of gangmesh that import torch when they are imported."""
+    graph = {name: imports_of(path, in_functions=False) for name, path in MODULES.items()}
+    found = {name for name, imports in graph.items() if "torch" in imports}
+    while grown := {n for n, imports in graph.items() if imports & found} - found:
+        found |= grown
+    return found
+
+
+def test_the_modules_import_each_other_without_a_cycle():
+    """At the top, blocks for type checkers included: a module imported there for its
+    types only would still be a circle hidden from the import system."""
+    graph = {
+        name: {m for m in imports_of(path, in_functions=False) if m in MODULES}
+        | {m for m in imported(path) if m in MODULES and m != "gangmesh"}
+        for name, path in MODULES.items()
+        if name != "gangmesh"  # its imports for type checkers only name what it exports
+    }
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join([*path, name])}"
+        if name not in done:
+            for module in sorted(graph.get(name, ())):
+                visit(module, (*path, name))
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())
+
+
+def test_a_function_imports_a_module_of_gangmesh_only_to_put_off_torch():
+    torch_importers = importers_of_torch()
+    needless = {
+        f"{name} imports {module} inside a function"
+        for name, path in MODULES.items()
+        for module in imports_of(path, in_functions=True)
+        if module in MODULES and (module not in torch_importers or name in torch_importers)
+    }
+    assert sorted(needless) == []
+
+
+def test_no_module_is_longer_than_400_lines():
+    long = {
+        f"{name}: {n}"
+        for name, path in MODULES.items()
+        if (n := len(path.read_text().splitlines())) > 400
+    }
+    assert sorted(long) == []
