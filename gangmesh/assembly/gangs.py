@@ -12,7 +12,7 @@ from typing import Any, NoReturn, overload
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
-from typing_extensions import Unpack, override
+from typing_extensions import Unpack, final, override
 
 from gangmesh.assembly import mesh_build, record
 from gangmesh.assembly.hand_built import GANG_DEFAULTS, GangKeywords, completed, keywords_of
@@ -73,6 +73,7 @@ def _canonical(name: str) -> str:
     return targets[0] if len(targets) == 1 else name
 
 
+@final
 class Gangs(Mapping[str, Gang]):
     """The gangs of one process: the root, and one gang per dimension of its plan.
 
@@ -216,6 +217,7 @@ class Gangs(Mapping[str, Gang]):
         """
         found: dict[int, tuple[ProcessGroupGang, list[str]]] = {}
         for name, gang in self._gangs.items():
+            # global_ranks, timeout and whether it is open: a ProcessGroupGang's own
             if isinstance(gang, ProcessGroupGang) and gang.size > 1 and gang._pg is not None:
                 group = gang.as_process_group()
                 found.setdefault(id(group), (gang, []))[1].append(name)

@@ -44,6 +44,7 @@ def wrap_meshes(
         raise ValueError(
             f"mesh: expected a mesh over all {root.size} processes of root, got {mesh.size()}"
         )
+    # its gangs take the root's timeout, monitoring and priority, a ProcessGroupGang's own
     if not isinstance(root, ProcessGroupGang):
         raise InvalidTypeError(f"root: expected a ProcessGroupGang, got {root.describe()}")
     timeout = check_timeout(timeout) or root.timeout

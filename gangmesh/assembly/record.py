@@ -122,6 +122,7 @@ def _groups_of(gangs: RecordedGangs) -> dict[str, dict[str, Any]]:
             "backend": None,
             "timeout_s": None,
         }
+        # global_ranks (in gang order) and timeout are kept by a ProcessGroupGang only
         if isinstance(gang, ProcessGroupGang) and gang.size > 1:
             group = gang.as_process_group()
             entry["members"] = gang.global_ranks

@@ -33,7 +33,6 @@ from gangmesh.plan.layout import Layout
 from gangmesh.runtime import _c10d
 from gangmesh.runtime.environment import LaunchEnvironment
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
-from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -326,7 +325,7 @@ class LayoutAgreement:
 def _meets(root: Gang) -> bool:
     """Whether the root's processes are real and several (simulated ranks have no peers)."""
     return (
-        isinstance(root, ProcessGroupGang)
+        root.supports_process_group
         and root.size > 1
         and dist.get_backend(root.as_process_group()) != "fake"
     )

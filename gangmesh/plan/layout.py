@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from typing_extensions import TypedDict, Unpack, override
+from typing_extensions import TypedDict, Unpack, final, override
 
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_positive, is_int
 from gangmesh.plan.dim_keywords import with_keywords
@@ -47,9 +47,10 @@ LAYOUT_DEFAULTS: dict[str, object] = {
     "order": None,
     "expert": False,
 }
-"""Keyword of :class:`LayoutKeywords` -> its default."""
+"""Keyword of ``LayoutKeywords`` -> its default."""
 
 
+@final
 @dataclass(frozen=True, init=False)
 class Layout:
     """The sizes and dense order a job asks for, checked; exactly one dense size may be -1.

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from typing_extensions import Unpack, override
+from typing_extensions import Unpack, final, override
 
 from gangmesh.plan._checks import check_positive, check_rank_order
 from gangmesh.plan.cluster import Cluster, Site
@@ -60,6 +60,7 @@ DIM_NAMES = DENSE_DIMS
 """The dense dimension names (the name older code uses)."""
 
 
+@final
 class MeshTopology(GroupQueries):
     """The rank layout of a job with named parallel dimensions.
 
