@@ -38,7 +38,7 @@ TAKEN_FOR: dict[Dim, Dim | None] = {
 (None) a FakeGang of size 1."""
 
 GANG_DEFAULTS: dict[str, object] = {field_name(dim): None for dim in TAKEN_FOR}
-"""Keyword of :class:`GangKeywords` -> its default, for the gangs a Gangs can do without."""
+"""Keyword of ``GangKeywords`` -> its default, for the gangs a Gangs can do without."""
 
 
 def keywords_of(root: Gang, gangs: Mapping[str, Gang]) -> GangKeywords:
