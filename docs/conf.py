@@ -41,6 +41,7 @@ PICTURES = {
     "tp_outermost": "--world-size 8 --tp 2 --order tp,pp,dp_replicate,dp_shard,cp",
     "eight_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8",
     "moe_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8 --rank 2",
+    "two_models": "--part trainer=4:dp_shard=2,tp=2 --part generator=4:dp_replicate=2,tp=2",
 }
 _generated = Path(__file__).parent / "_generated"
 _generated.mkdir(exist_ok=True)

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from gangmesh.assembly.factories import create_gangs as create_gangs
     from gangmesh.assembly.factories import create_parallel_gangs as create_parallel_gangs
     from gangmesh.assembly.gangs import Gangs as Gangs
+    from gangmesh.assembly.parts import Parts as Parts
+    from gangmesh.assembly.parts import create_parts as create_parts
     from gangmesh.assembly.record import read_layout_record as read_layout_record
     from gangmesh.assembly.setup import setup_root_gang as setup_root_gang
     from gangmesh.plan._checks import InvalidTypeError as InvalidTypeError
@@ -77,6 +79,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "gangmesh.runtime.fake_gang": ("FakeGang",),
     "gangmesh.runtime.gang": ("DEFAULT_TIMEOUT", "Gang", "GangError", "ReduceOperation"),
     "gangmesh.assembly.gangs": ("Gangs",),
+    "gangmesh.assembly.parts": ("Parts", "create_parts"),
     "gangmesh.plan.locality": ("LocalityFinding",),
     "gangmesh.runtime.ops": ("all_gather_objects", "all_reduce_dict", "all_sum", "broadcast_flag"),
     "gangmesh.runtime.process_group_gang": ("ProcessGroupGang",),

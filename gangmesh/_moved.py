@@ -15,18 +15,19 @@ from types import ModuleType
 from typing_extensions import override
 
 _LAYERS = {
-    "plan": ("_checks", "cluster", "dim_keywords", "dims", "expert", "group_queries", "layout",
-             "locality", "placement", "topology", "view"),
+    "plan": ("_checks", "cluster", "dim_keywords", "dims", "expert", "layout", "locality",
+             "placement", "topology", "view"),
     "runtime": ("_backend", "_c10d", "_exit", "_validate", "communicators", "default_group",
                 "environment", "failure_reports", "fake_gang", "gang", "group_gang",
                 "last_words", "ops", "peer_state", "process_group_gang", "rank_order",
                 "unbuilt_gang"),
-    "assembly": ("aliases", "current", "factories", "gangs", "hand_built", "mesh_build",
-                 "mesh_read", "mesh_views", "mesh_wrap", "record", "rendezvous", "setup"),
+    "assembly": ("aliases", "current", "factories", "gangs", "mesh_build", "mesh_read",
+                 "mesh_views", "mesh_wrap", "record", "rendezvous", "setup"),
     "tools": ("check", "check_command", "check_report", "launch", "plan_command", "render",
               "svg", "svg_overview", "svg_shapes"),
 }  # fmt: skip
-"""Each layer's modules, by the sub-package they moved to."""
+"""The modules that were gangmesh.<name> before the layers, by the sub-package they moved
+to; modules made since have no old path."""
 
 MOVED = {module: layer for layer, modules in _LAYERS.items() for module in modules}
 """Old module name -> its sub-package."""

@@ -9,18 +9,18 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 from typing_extensions import Unpack
 
 from gangmesh.assembly import mesh_build
 from gangmesh.assembly.gangs import Gangs
 from gangmesh.assembly.rendezvous import LayoutAgreement
-from gangmesh.plan._checks import InvalidTypeError, check_positive, check_timeout
+from gangmesh.assembly.roots import check_root
+from gangmesh.plan._checks import check_positive, check_timeout
 from gangmesh.plan.cluster import Site
 from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import DENSE_DIMS
 from gangmesh.plan.layout import LAYOUT_DEFAULTS, Layout, LayoutKeywords
-from gangmesh.plan.placement import place, this_site
+from gangmesh.plan.placement import given_sites, place, placement_request, this_site
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime.fake_gang import FakeGang
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
@@ -81,12 +81,12 @@ def create_gangs(
         the expert view broken, or a root gang that is not the default group's.
     :raises GangError: a process group cannot be created.
     """
-    _check_root(root_gang)
+    check_root(root_gang, parts=True)
     try:
         layout = Layout(**keywords)
     except ValueError as ex:
         # Peers learn of the request that failed here instead of waiting for it.
-        others = {"timeout": timeout, "placement": _asked(placement)}
+        others = {"timeout": timeout, "placement": placement_request(placement)}
         asked = {**LAYOUT_DEFAULTS, **keywords}
         LayoutAgreement(root_gang, asked, **others).leave_request()
         raise _with_hint(ex, root_gang.size, _wanted(asked[name] for name in DENSE_DIMS)) from None
@@ -112,22 +112,8 @@ def create_gangs_from_layout(
     :raises ValueError: as :func:`~gangmesh.create_gangs` does.
     :raises GangError: a process group cannot be created.
     """
-    _check_root(root_gang)
+    check_root(root_gang, parts=True)
     return _create(root_gang, layout, timeout, placement)
-
-
-def _check_root(root_gang: Gang) -> None:
-    """:raises ValueError: ``root_gang`` is not a Gang, or not the default group's."""
-    if not isinstance(root_gang, Gang):
-        raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
-    if root_gang.supports_process_group and (
-        not isinstance(root_gang, ProcessGroupGang)
-        or root_gang.as_process_group() is not dist.group.WORLD
-    ):
-        raise ValueError(
-            f"root_gang: expected the gang of the default process group "
-            f"(size {dist.get_world_size()}), got {root_gang.describe()}"
-        )
 
 
 def _create(
@@ -137,11 +123,13 @@ def _create(
     placement: bool | Sequence[Site] | None,
 ) -> Gangs:
     """The gangs of ``layout`` over a checked root gang, once every process asked for it."""
-    agreeing = LayoutAgreement(root_gang, layout, timeout=timeout, placement=_asked(placement))
+    agreeing = LayoutAgreement(
+        root_gang, layout, timeout=timeout, placement=placement_request(placement)
+    )
     try:
         plan = _plan(root_gang.size, layout)
         timeout = check_timeout(timeout)
-        sites = _sites(placement, root_gang.size)
+        sites = given_sites(placement, root_gang.size)
     except ValueError:
         agreeing.leave_request()
         raise
@@ -157,35 +145,6 @@ def _create(
         log.info("Placing %s by where its ranks run", plan)
     log.info("Creating gangs %s", plan)
     return Gangs._of(root_gang, plan, mesh_build.build(root_gang, plan, timeout), timeout)
-
-
-def _asked(placement: object) -> object:
-    """What the processes must agree on about ``placement``."""
-    if placement is None or isinstance(placement, bool):
-        return bool(placement)
-    if isinstance(placement, Sequence) and not isinstance(placement, str):
-        return [list(dataclasses.astuple(s)) if isinstance(s, Site) else repr(s) for s in placement]
-    return repr(placement)
-
-
-def _sites(placement: object, world_size: int) -> list[Site]:
-    """The sites given as ``placement``; empty for None, False and True (gathered later).
-
-    :raises ValueError: ``placement`` is neither a bool nor one Site per rank.
-    """
-    if placement is None or isinstance(placement, bool):
-        return []
-    if (
-        not isinstance(placement, Sequence)
-        or isinstance(placement, str)
-        or len(placement) != world_size
-        or not all(isinstance(s, Site) for s in placement)
-    ):
-        raise ValueError(
-            f"placement: expected True, False, None or a gangmesh.Site for each of the "
-            f"{world_size} ranks, got {placement!r:.200}"
-        )
-    return list(placement)
 
 
 def _plan(world_size: int, layout: Layout) -> MeshTopology:

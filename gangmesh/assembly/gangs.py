@@ -24,7 +24,7 @@ from gangmesh.plan.topology import MeshTopology
 from gangmesh.plan.view import short_group
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime.communicators import CommunicatorInfo, Lease, created_by_gangmesh
-from gangmesh.runtime.gang import Gang
+from gangmesh.runtime.gang import Gang, GangError
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 from gangmesh.runtime.unbuilt_gang import UnbuiltGang
 
@@ -258,9 +258,11 @@ class Gangs(Mapping[str, Gang]):
 
     @override
     def __repr__(self) -> str:
-        rank = self.root.rank
+        rank, size = self.root.rank, self.root.size
+        ranks = self._root_ranks()
         parts = [
-            f"{name} {gang.rank}/{gang.size} {short_group(self.plan.group_of(rank, name))}"
+            f"{name} {gang.rank}/{gang.size} "
+            f"{short_group([ranks[r] for r in self.plan.group_of(rank, name)])}"
             for name, gang in self.items()
             if gang.size > 1
         ]
@@ -270,7 +272,17 @@ class Gangs(Mapping[str, Gang]):
         unbuilt = [name for name in GANG_NAMES if name not in self._built_names()]
         if unbuilt:
             parts.append(f"not built: {', '.join(unbuilt)}")
-        return f"Gangs(rank {rank} of {self.root.size}: {'; '.join(parts)})"
+        where = "" if ranks == list(range(size)) else f", global rank {ranks[rank]}"
+        return f"Gangs(rank {rank} of {size}{where}: {'; '.join(parts)})"
+
+    def _root_ranks(self) -> list[int]:
+        """The global rank of each root rank (the plan's ranks): a part's are its own."""
+        if not self.root.supports_process_group:
+            return list(range(self.root.size))
+        try:
+            return dist.get_process_group_ranks(self.root.as_process_group())
+        except (GangError, RuntimeError, ValueError):  # closed, or torch is down
+            return list(range(self.root.size))
 
     def __enter__(self) -> Gangs:
         entered_gangs().append(self)

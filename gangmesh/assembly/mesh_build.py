@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import numpy as np
-import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
@@ -71,7 +70,10 @@ def _unbuilt(root: Gang, plan: MeshTopology, name: Dim) -> UnbuiltGang:
 
 
 def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Built:
-    """The gangs and meshes of ``root``'s rank; every process of the job calls it.
+    """The gangs and meshes of ``root``'s rank; every process of ``root`` calls it.
+
+    The plan numbers the root's processes: its rank ``r`` is the root's ``r``-th member
+    (global ranks ascend in the root, which spans the job or one part of it).
 
     A set of ranks that several dimensions share (or the whole world, or a group
     an earlier Gangs holds) gets one communicator; a dimension of size 1 gets a
@@ -113,7 +115,7 @@ def _with_meshes(
     try:
         lone = _lone_group(root, timeout)
         built.leases.append(lone)
-        built.meshes = meshes_of(root.device, plan, built.gangs, lone.group)
+        built.meshes = meshes_of(root, plan, built.gangs, lone.group)
     except (RuntimeError, ValueError) as ex:
         release(built)
         raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
@@ -140,7 +142,7 @@ def _lone_group(root: ProcessGroupGang, timeout: timedelta) -> Lease:
     key = CommunicatorKey((rank,), backend, timeout, root.high_priority)
     if root.size == 1 and timeout == root.timeout:
         return lend(group, key)
-    alone = [[r] for r in range(root.size)] if _c10d.splits_new_groups(backend) else []
+    alone = [[r] for r in root.global_ranks] if _c10d.splits_new_groups(backend) else []
     return split(group, alone, key, "size-1")
 
 
@@ -156,16 +158,16 @@ def _gangs(
     world = root.as_process_group()
     backend = dist.get_backend(world)
     splitting = _c10d.splits_new_groups(backend)
-    rank = root.rank
+    rank, to_global = root.rank, np.asarray(root.global_ranks)
     pool = {tuple(sorted(dist.get_process_group_ranks(g))): g for g in lent.values()}
     if timeout == root.timeout:
-        pool.setdefault(tuple(range(root.size)), world)
+        pool.setdefault(tuple(root.global_ranks), world)
     made: set[tuple[int, bytes]] = set()
     """The dimensions split already, each as all its groups: a later one alike splits none."""
     built = Built({})
     try:
         for name in BUILT_NAMES:
-            members = plan.group_of(rank, name)
+            members = to_global[plan.group_of(rank, name)].tolist()
             if len(members) == 1:
                 built.gangs[name] = FakeGang(root.device)
                 continue
@@ -181,7 +183,7 @@ def _gangs(
                 lease = lend(group, CommunicatorKey(ranks, backend, actual, root.high_priority))
             else:
                 key = CommunicatorKey(ranks, backend, timeout, root.high_priority)
-                groups = _all_groups(plan, name) if splitting else None
+                groups = to_global[_all_groups(plan, name)] if splitting else None
                 split_as = None if groups is None else (groups.shape[1], groups.tobytes())
                 if split_as is None or split_as in made:
                     lease = split(world, [], key, name)
@@ -217,7 +219,7 @@ def release(built: Built) -> None:
 
 
 def meshes_of(
-    device: torch.device, plan: MeshTopology, gangs: dict[str, Gang], lone: ProcessGroup
+    root: ProcessGroupGang, plan: MeshTopology, gangs: dict[str, Gang], lone: ProcessGroup
 ) -> dict[str, DeviceMesh]:
     """The meshes of ``plan`` over the gangs' groups; ``lone`` stands for size-1 dimensions."""
 
@@ -225,4 +227,4 @@ def meshes_of(
         gang = gangs[name]
         return gang.as_process_group() if gang.supports_process_group else lone
 
-    return build_meshes(device.type, plan, group)
+    return build_meshes(root.device.type, plan, group, root.global_ranks)

@@ -11,7 +11,7 @@ root mesh.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch.distributed import ProcessGroup
@@ -107,10 +107,14 @@ def mesh_dims(view: View, flattened: Dim | None) -> tuple[tuple[str, ...], tuple
 
 
 def build_meshes(
-    device_type: str, plan: MeshTopology, group: Callable[[str], ProcessGroup]
+    device_type: str,
+    plan: MeshTopology,
+    group: Callable[[str], ProcessGroup],
+    global_ranks: Sequence[int],
 ) -> dict[str, DeviceMesh]:
     """Every mesh of MESH_NAMES that ``plan`` has, over ``group(name)`` for each dimension;
     those over the expert view only where the job uses it (:attr:`MeshTopology.uses_experts`).
+    The plan's rank ``r`` is global rank ``global_ranks[r]`` (ascending).
 
     :raises ValueError: torch refuses a mesh (groups that do not match the plan).
     """
@@ -120,7 +124,7 @@ def build_meshes(
             continue
         view = plan.view(expert=expert)
         names, axes = mesh_dims(view, flattened)
-        ranks = torch.from_numpy(view.grid()).to(torch.int)
+        ranks = torch.as_tensor(global_ranks, dtype=torch.int)[torch.from_numpy(view.grid())]
         shape = tuple(plan.size_of(name) for name in names)
         layout = ranks.permute(axes).reshape(shape)
         if flattened and flattened in names:  # members ascend, as in the merged dim's group

@@ -48,7 +48,7 @@ def layout_record(gangs: RecordedGangs) -> dict[str, Any]:
 
     Every process of the root gang must call it: it gathers each process's site and groups.
     ``{"version", "world_size", "sizes", "order", "ranks": [{"rank", "host", "domain",
-    "rack"}], "gangs":
+    "rack"}] (global ranks, by rank in the root gang), "gangs":
     {name: [{"members", "group_name", "description", "backend", "timeout_s"}]},
     "group_names": {group_name: {"gangs", "members", "description"}}}``; a gang of size 1
     has no group: its name, description and backend are None.
@@ -56,7 +56,8 @@ def layout_record(gangs: RecordedGangs) -> dict[str, Any]:
     :param gangs: the gangs of this process.
     :raises gangmesh.GangError: a peer died or did not answer while gathering.
     """
-    mine = {"site": dataclasses.asdict(this_site()), "groups": _groups_of(gangs)}
+    rank = dist.get_rank() if gangs.root.supports_process_group else gangs.root.rank
+    mine = {"rank": rank, "site": dataclasses.asdict(this_site()), "groups": _groups_of(gangs)}
     everyone = all_gather_objects(gangs.root, mine)
     found: dict[str, dict[tuple[int, ...], dict[str, Any]]] = {}
     for process in everyone:
@@ -76,7 +77,7 @@ def layout_record(gangs: RecordedGangs) -> dict[str, Any]:
         "world_size": gangs.plan.world_size,
         "sizes": gangs.plan.sizes(),
         "order": list(gangs.plan.order),
-        "ranks": [{"rank": rank, **p["site"]} for rank, p in enumerate(everyone)],
+        "ranks": [{"rank": p["rank"], **p["site"]} for p in everyone],
         "gangs": {
             name: sorted(groups.values(), key=lambda g: g["members"])
             for name, groups in found.items()

@@ -22,7 +22,8 @@ import logging
 import socket
 import time
 import weakref
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,8 @@ _connections: dict[tuple[str, int, int, bool], Store] = {}
 _job: tuple[Store, LaunchEnvironment, weakref.ref[ProcessGroup] | None] | None = None
 """The store of gangmesh's last setup, its environment, and the default group it started
 (held weakly: the group's threads must end when its owner lets it go)."""
-_meetings: tuple[object, int] = (None, 0)
+_meetings: tuple[object, Counter[str]] = (None, Counter())
+"""The store of the meetings counted, and how many of each topic this process held on it."""
 
 
 def job_store(env: LaunchEnvironment, timeout: timedelta) -> Store:
@@ -184,11 +186,14 @@ def meet(
     *,
     wait: bool = True,
     left: timedelta | None = None,
+    members: Sequence[int] | None = None,
 ) -> dict[int, dict[str, Any]] | None:
-    """Every process of the job calls it with what it asks for: None if they all asked the
-    same, else rank -> request. With ``wait=False`` this process only leaves its request
-    (a process about to fail still shows the others what it asked for); ``left`` is what
-    remains of ``timeout`` when part of it was spent before (default: all of it).
+    """Every process of the job (of a gang: ``rank`` and ``world_size`` are its) calls it
+    with what it asks for: None if they all asked the same, else rank -> request. With
+    ``wait=False`` this process only leaves its request (a process about to fail still shows
+    the others what it asked for); ``left`` is what remains of ``timeout`` when part of it
+    was spent before (default: all of it); ``members`` are the global ranks of a gang's
+    processes, by gang rank, which messages name (default: the job's, ``rank`` itself).
 
     :raises GangError: some ranks did not arrive within ``timeout`` (they are named, with
         their hosts where known), or the store is gone.
@@ -197,9 +202,10 @@ def meet(
     text = json.dumps(request)
     canonical = json.dumps(request, sort_keys=True).encode()
     digest = hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:16]
+    named = list(range(world_size)) if members is None else list(members)
     try:
         store.set(f"{prefix}{rank}", text)
-        store.set(f"host/{rank}", socket.gethostname())
+        store.set(f"host/{named[rank]}", socket.gethostname())
         store.add(f"{prefix}same/{digest}", 1)
         if store.add(f"{prefix}arrived", 1) == world_size:
             store.set(f"{prefix}all", "1")
@@ -208,7 +214,7 @@ def meet(
         try:
             store.wait([f"{prefix}all"], timeout if left is None else left)
         except RuntimeError as ex:
-            raise GangError(_absentees(store, prefix, _label(topic), world_size, timeout)) from ex
+            raise GangError(_absentees(store, prefix, _label(topic), named, timeout)) from ex
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
         texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
@@ -222,12 +228,15 @@ def meet(
 
 
 def _label(topic: str) -> str:
-    """The name of a meeting in messages: its topic without the count."""
-    return topic.partition("#")[0]
+    """The name of a meeting in messages: its topic without the gang's key and the count."""
+    return topic.partition("#")[0].partition("@")[0]
 
 
-def _absentees(store: Store, prefix: str, topic: str, world_size: int, timeout: timedelta) -> str:
-    missing = [r for r in range(world_size) if not store.check([f"{prefix}{r}"])]
+def _absentees(
+    store: Store, prefix: str, topic: str, members: list[int], timeout: timedelta
+) -> str:
+    """Who did not arrive at a meeting of ``members`` (global ranks, by rank in the meeting)."""
+    missing = [m for r, m in enumerate(members) if not store.check([f"{prefix}{r}"])]
     named = []
     for r in missing[:16]:
         host = store.get(f"host/{r}").decode() if store.check([f"host/{r}"]) else None
@@ -258,12 +267,16 @@ def default_group_store() -> Store:
 
 
 def next_topic(name: str) -> str:
-    """``name`` with the number of earlier meetings on this default group's store."""
+    """``name`` with the number of earlier meetings of that name on this default group's
+    store: the processes that meet under a name hold its meetings in the same order."""
     global _meetings
     store = default_group_store()
-    owner, count = _meetings
-    count = count + 1 if owner is store else 0
-    _meetings = (store, count)
+    owner, counts = _meetings
+    if owner is not store:
+        counts = Counter()
+        _meetings = (store, counts)
+    count = counts[name]
+    counts[name] += 1
     return f"{name}#{count}"
 
 
@@ -284,31 +297,35 @@ def _ranks_text(ranks: list[int]) -> str:
     return str(ranks) if len(ranks) <= 8 else f"{ranks[:7]} ... ({len(ranks)} ranks)"
 
 
-class LayoutAgreement:
-    """Checks that every process of the job asked ``create_gangs`` for the same layout.
+class Agreement:
+    """Checks that every process of a gang asked ``what`` for the same ``request``.
 
     One exchange through the job's store: each process leaves its request and waits
-    until all did. Processes that asked for something else are named within seconds;
-    processes that never come are named when the timeout expires.
+    until all did. Processes that asked for something else are named (by global rank)
+    within seconds; processes that never come are named when the timeout expires. The
+    gangs of disjoint processes meet apart.
 
-    :param root: the gang of every process.
-    :param layout: the layout asked for; given as keywords, it is compared as its
-        :class:`Layout` when it is one (so equal layouts spelled differently agree),
-        else as given.
-    :param others: the other keywords to agree on (the timeout, the placement).
+    :param root: the gang whose processes must agree.
+    :param what: the call agreed on, as messages name it.
+    :param request: what this process asks for (JSON-able values, or timedeltas).
     """
 
-    def __init__(self, root: Gang, layout: Layout | Mapping[str, Any], **others: Any) -> None:
+    def __init__(self, root: Gang, what: str, request: Mapping[str, Any]) -> None:
+        self._what = what
         self._root = root if _meets(root) else None
-        request = {**_normalized(layout), **others}
         self._request = {k: _jsonable(v) for k, v in request.items()}
-        self._topic = next_topic("create_gangs") if self._root is not None else ""
+        self._members: list[int] = []
+        self._topic = ""
+        if self._root is not None:  # a root's group numbers its members as the gang does
+            self._members = dist.get_process_group_ranks(self._root.as_process_group())
+            whole = len(self._members) == dist.get_world_size()
+            self._topic = next_topic(what if whole else f"{what}@{_ranks_key(self._members)}")
 
     def leave_request(self) -> None:
         """Leave this request without waiting (this process is about to raise)."""
         if self._root is not None:
             meet(default_group_store(), self._topic, self._root.rank, self._root.size,
-                 self._request, DEFAULT_TIMEOUT, wait=False)  # fmt: skip
+                 self._request, DEFAULT_TIMEOUT, wait=False, members=self._members)  # fmt: skip
 
     def wait(self, timeout: timedelta) -> None:
         """Wait for every process; ValueError naming who asked for what if they differ."""
@@ -316,10 +333,32 @@ class LayoutAgreement:
             return
         root = self._root
         requests = meet(
-            default_group_store(), self._topic, root.rank, root.size, self._request, timeout
-        )
+            default_group_store(), self._topic, root.rank, root.size, self._request, timeout,
+            members=self._members,
+        )  # fmt: skip
         if requests is not None:
-            raise ValueError(f"create_gangs: {disagreement(requests)}")
+            by_rank = {self._members[r]: request for r, request in requests.items()}
+            raise ValueError(f"{self._what}: {disagreement(by_rank)}")
+
+
+class LayoutAgreement(Agreement):
+    """Checks that every process of the root gang asked ``create_gangs`` for the same layout.
+
+    :param root: the gang of every process (of the job, or of one part of it).
+    :param layout: the layout asked for; given as keywords, it is compared as its
+        :class:`Layout` when it is one (so equal layouts spelled differently agree),
+        else as given.
+    :param others: the other keywords to agree on (the timeout, the placement).
+    """
+
+    def __init__(self, root: Gang, layout: Layout | Mapping[str, Any], **others: Any) -> None:
+        super().__init__(root, "create_gangs", {**_normalized(layout), **others})
+
+
+def _ranks_key(ranks: list[int]) -> str:
+    """A short name for a set of global ranks, the same on every process."""
+    text = ",".join(map(str, ranks)).encode()
+    return hashlib.sha1(text, usedforsecurity=False).hexdigest()[:12]
 
 
 def _meets(root: Gang) -> bool:

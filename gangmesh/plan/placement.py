@@ -29,6 +29,7 @@ warning says so. This module uses numpy only.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -66,6 +67,36 @@ def this_site(environ: Mapping[str, str] | None = None) -> Site:
     if not rack and "." in address:
         rack = address.rsplit(".", 1)[0]
     return Site(host, env.get(DOMAIN_ENV, ""), rack)
+
+
+def given_sites(placement: object, world_size: int) -> list[Site]:
+    """The sites given as a ``placement`` argument; empty for None, False and True (where
+    they are gathered from the processes).
+
+    :raises ValueError: ``placement`` is neither a bool nor one Site per rank.
+    """
+    if placement is None or isinstance(placement, bool):
+        return []
+    if (
+        not isinstance(placement, Sequence)
+        or isinstance(placement, str)
+        or len(placement) != world_size
+        or not all(isinstance(s, Site) for s in placement)
+    ):
+        raise ValueError(
+            f"placement: expected True, False, None or a gangmesh.Site for each of the "
+            f"{world_size} ranks, got {placement!r:.200}"
+        )
+    return list(placement)
+
+
+def placement_request(placement: object) -> object:
+    """What the processes must agree on about a ``placement`` argument (JSON-ready)."""
+    if placement is None or isinstance(placement, bool):
+        return bool(placement)
+    if isinstance(placement, Sequence) and not isinstance(placement, str):
+        return [list(dataclasses.astuple(s)) if isinstance(s, Site) else repr(s) for s in placement]
+    return repr(placement)
 
 
 def placement_order(plan: MeshTopology, sites: Sequence[Site]) -> tuple[np.ndarray, np.ndarray]:

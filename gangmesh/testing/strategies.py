@@ -14,6 +14,7 @@ one towards small worlds and dimensions of size 1.
 
 from __future__ import annotations
 
+import keyword
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from gangmesh.plan._checks import check_positive
 from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, SHARED_DIMS, SIZE_NAMES, Dim
 from gangmesh.plan.expert import borrowed_dims, order_rule_broken
 from gangmesh.plan.layout import Layout, parse_order
+from gangmesh.plan.multipart import MultiPartPlan
+from gangmesh.plan.parts import RESERVED_NAMES, PartsPlan
 from gangmesh.plan.topology import MeshTopology
 
 try:
@@ -32,7 +35,7 @@ except ImportError as ex:  # pragma: no cover - depends on what is installed
         "gangmesh.testing.strategies needs hypothesis: pip install 'gangmesh[testing]'"
     ) from ex
 
-__all__ = ["layouts", "layouts_and_ranks"]
+__all__ = ["layouts", "layouts_and_ranks", "part_names", "parts_plans"]
 
 SIZE_CAP = 64
 """Largest size drawn for one dimension (fixed sizes may be larger)."""
@@ -224,3 +227,63 @@ def layouts_and_ranks(**kwargs: Any) -> st.SearchStrategy[tuple[MeshTopology, in
     :raises ValueError: arguments no layout can meet.
     """
     return _with_rank(layouts(**kwargs))
+
+
+_WORLD_KEYWORDS = ("min_world_size", "max_world_size", "world_sizes")
+"""The arguments of :func:`layouts` that :func:`parts_plans` sets itself, part by part."""
+
+
+def part_names() -> st.SearchStrategy[str]:
+    """Names a part may take: short lowercase identifiers that name no dimension, gang or
+    Python keyword."""
+    names = st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True)
+    return names.filter(lambda name: name not in RESERVED_NAMES and not keyword.iskeyword(name))
+
+
+def parts_plans(
+    *, max_world_size: int = 256, max_parts: int = 4, **kwargs: Any
+) -> st.SearchStrategy[MultiPartPlan]:
+    """Jobs of 1 to ``max_parts`` parts in at most ``max_world_size`` ranks, each part with
+    a layout drawn by :func:`layouts` that fits its size: a
+    :class:`~gangmesh.plan.multipart.MultiPartPlan`, whose ``parts`` is the
+    :class:`~gangmesh.plan.parts.PartsPlan`.
+
+    >>> from hypothesis import given
+    >>> @given(parts_plans(max_world_size=64, tp=2))
+    ... def test_each_part_pairs_its_tp_ranks(plan):
+    ...     assert len(plan.pair_by_coordinate("tp")) == 2
+    >>> test_each_part_pairs_its_tp_ranks()
+
+    :param max_world_size: the largest world to draw (all parts together).
+    :param max_parts: the most parts to draw.
+    :param kwargs: the other keyword arguments of :func:`layouts`, for every part (e.g.
+        ``tp=2`` gives every part tp = 2, ``orders=True`` draws each part's order).
+    :raises ValueError: a world keyword of :func:`layouts` in ``kwargs``, or bounds no
+        part can meet.
+    """
+    given = [name for name in _WORLD_KEYWORDS if name in kwargs]
+    if given:
+        raise ValueError(f"{given[0]}: set by parts_plans per part; use max_world_size")
+    high = check_positive("max_world_size", max_world_size)
+    most = check_positive("max_parts", max_parts)
+    least = math.prod(kwargs.get(name.value, 1) for name in DENSE_DIMS)
+    layouts(max_world_size=high, **kwargs)  # arguments no layout can meet raise here
+    return _parts(high, min(most, max(1, high // least)), least, kwargs)
+
+
+@st.composite
+def _parts(
+    draw: st.DrawFn, high: int, most: int, least: int, kwargs: dict[str, Any]
+) -> MultiPartPlan:
+    count = draw(st.integers(1, most))
+    names = draw(st.lists(part_names(), min_size=count, max_size=count, unique=True))
+    plans: list[MeshTopology] = []
+    room = high
+    for left in range(count - 1, -1, -1):
+        plan = draw(layouts(max_world_size=room - least * left, **kwargs))
+        plans.append(plan)
+        room -= plan.world_size
+    sizes = [(name, plan.world_size) for name, plan in zip(names, plans, strict=True)]
+    parts = PartsPlan(sum(size for _, size in sizes), sizes)
+    chosen = {name: plan.layout for name, plan in zip(names, plans, strict=True)}
+    return MultiPartPlan(parts, chosen)

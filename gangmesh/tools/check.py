@@ -23,24 +23,35 @@ from gangmesh.tools.check_report import CHECKED_GANGS, GangReport, Placement
 
 
 def check_gangs(
-    gangs: Gangs, plan: MeshTopology, sizes: Sequence[int], iters: int, *, late: float = 0.0
+    gangs: Gangs,
+    plan: MeshTopology,
+    sizes: Sequence[int],
+    iters: int,
+    *,
+    late: float = 0.0,
+    global_ranks: Sequence[int] | None = None,
 ) -> list[GangReport]:
     """Check memberships and collectives of every gang built; time all_reduce per size and
     who arrives last at ``iters`` barriers.
 
     Every process must call it with the same arguments, except ``late``: seconds this
     process spends before each barrier it times (a straggler, for fault injection).
-    Problems are described, not raised; GangError still propagates when a peer dies or hangs.
+    ``global_ranks`` are the global ranks of the plan's ranks, where the gangs are a part's
+    (default: the plan's ranks are the job's). Problems are described, not raised;
+    GangError still propagates when a peer dies or hangs.
     """
-    rank = gangs.root.rank
+    to_global = list(range(plan.world_size)) if global_ranks is None else list(global_ranks)
+    local = gangs.root.rank
+    rank = to_global[local]
     reports = []
     checked = [name for name in CHECKED_GANGS if name == ROOT or name in list(gangs)]
     for step, name in enumerate(checked, start=1):
         gang = gangs[name]
-        if rank == 0:
+        if local == 0:
             print(f"[{step}/{len(checked)}] checking {name} (size {gang.size})...",
                   file=sys.stderr, flush=True)  # fmt: skip
-        members = list(range(plan.world_size)) if name == ROOT else plan.group_of(rank, name)
+        group = range(plan.world_size) if name == ROOT else plan.group_of(local, name)
+        members = [to_global[r] for r in group]
         report = GangReport(name, gang.size, members=members)
         report.problems.extend(_membership_problems(gang, members, rank))
         if not report.problems:

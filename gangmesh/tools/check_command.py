@@ -10,7 +10,7 @@ import socket
 import sys
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -51,7 +51,8 @@ def check_locally(
     the ``gangmesh`` command's entry point); 0 only if all of them pass."""
     if args.nproc < 1:
         raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
-    MeshTopology.from_layout(args.nproc, layout)
+    if not args.part:  # the parts were checked against the world already
+        MeshTopology.from_layout(args.nproc, layout)
     if args.ranks_per_node is not None:
         check_ranks_per_node(args.nproc, args.ranks_per_node)
     parse_sizes(args.sizes)
@@ -125,7 +126,7 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
     """Take part in the check as this process's rank; rank 0 prints the report."""
     timeout = timedelta(seconds=args.timeout)
     sizes = parse_sizes(args.sizes)
-    root = _root_gang(args.init_method, timeout)
+    root = root_gang(args.init_method, timeout)
     rank = root.rank
     try:
         if rank == 0:
@@ -148,7 +149,9 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
         everything = gather_reports(gangs, reports)
         passed = True
         if everything is not None:
-            passed = _report(args, root, plan, everything, sizes, placements, record)
+            out = sys.stdout if args.json != "-" else sys.stderr
+            passed, summary = report(args, root, plan, everything, sizes, placements, record, out)
+            write_summary(args.json, summary)
         return 0 if broadcast_flag(root, passed) else 1
     except GangError as ex:
         sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")
@@ -162,7 +165,8 @@ def _inject(fault: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
 
 
-def _root_gang(init_method: str | None, timeout: timedelta) -> Gang:
+def root_gang(init_method: str | None, timeout: timedelta) -> Gang:
+    """The job's root gang: from the launcher's variables, or from ``--init-method``."""
     if init_method is None:
         return setup_root_gang(timeout=timeout)
     return ProcessGroupGang.create_default_process_group(
@@ -174,7 +178,7 @@ def _root_gang(init_method: str | None, timeout: timedelta) -> Gang:
     )
 
 
-def _report(
+def report(
     args: argparse.Namespace,
     root: Gang,
     plan: MeshTopology,
@@ -182,20 +186,38 @@ def _report(
     sizes: list[int],
     placements: list[Placement],
     record: dict[str, Any],
-) -> bool:
-    """Print the table, nodes, findings and verdict on rank 0; write the JSON.
+    out: TextIO,
+) -> tuple[bool, dict[str, Any]]:
+    """Print the table, nodes, findings and verdict to ``out`` (on rank 0 of ``root``);
+    ``placements`` holds every rank of the job, which for a part's report (``plan`` of part
+    of the job) leaves out the nodes and findings.
 
-    True if every gang matched the plan.
+    Whether every gang matched the plan, and the JSON summary.
     """
     table, failures, summary = summarize(plan, everything, sizes)
     layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
     noun = "process" if plan.world_size == 1 else "processes"
-    out = sys.stdout if args.json != "-" else sys.stderr
     print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}", file=out)
     print(f"layout: {layout}", file=out)
     print(table, end="", file=out)
     late_lines, summary["stragglers"] = stragglers(everything, placements)
     print("\n".join(late_lines), file=out)
+    if len(placements) == plan.world_size:  # a part's report leaves the nodes to the job's
+        _print_locality(plan, placements, summary, out)
+    if failures:
+        print(f"FAILED: {len(failures)} problem(s)", file=out)
+        for failure in failures:
+            print(f"  - {failure}", file=out)
+    else:
+        print(f"PASSED: every gang of {plan.world_size} {noun} matches the plan", file=out)
+    summary["layout_record"] = record
+    return not failures, summary
+
+
+def _print_locality(
+    plan: MeshTopology, placements: list[Placement], summary: dict[str, Any], out: TextIO
+) -> None:
+    """Print where the ranks run and the locality findings; add both to ``summary``."""
     nodes, scattered = nodes_text(placements)
     print("\n".join([nodes, *(f"  note: {line}" for line in scattered)]), file=out)
     if scattered:  # the launcher interleaved the nodes: their hosts say what is local
@@ -206,7 +228,6 @@ def _report(
         findings = plan.check_locality(per_node) if plan.world_size % per_node == 0 else []
         lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
     print("\n".join(lines), file=out)
-    summary["layout_record"] = record
     summary["nodes"] = [
         {"host": p.host, "domain": p.site.domain, "rack": p.site.rack, "node": p.node}
         for p in placements
@@ -215,19 +236,16 @@ def _report(
         {"dim": f.dim, "level": f.level, "group": f.group, "nodes": f.nodes,
          "avoidable": f.avoidable, "message": f.message} for f in findings
     ]  # fmt: skip
-    if failures:
-        print(f"FAILED: {len(failures)} problem(s)", file=out)
-        for failure in failures:
-            print(f"  - {failure}", file=out)
-    else:
-        print(f"PASSED: every gang of {plan.world_size} {noun} matches the plan", file=out)
-    if args.json == "-":
+
+
+def write_summary(path: str | None, summary: dict[str, Any]) -> None:
+    """Write the JSON summary to ``path``, or to standard output for "-"."""
+    if path == "-":
         json.dump(summary, sys.stdout, indent=1)
         print()
-    elif args.json:
-        with open(args.json, "w", encoding="utf-8") as report:
-            json.dump(summary, report, indent=1)
-    return not failures
+    elif path:
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(summary, file, indent=1)
 
 
 def _ranks_per_node(args: argparse.Namespace) -> int | None:

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from typing_extensions import override
 
@@ -23,7 +23,9 @@ from gangmesh.plan.dim_keywords import closest
 from gangmesh.plan.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
 from gangmesh.plan.layout import Layout
 from gangmesh.runtime.environment import read_launch_environment
-from gangmesh.tools.plan_command import Failure, layout_of, run_plan
+from gangmesh.tools.failure import Failure
+from gangmesh.tools.parts_command import parts_of
+from gangmesh.tools.plan_command import layout_of, run_plan
 from gangmesh.tools.render import JSON_CONTENTS
 
 USAGE_ERROR = 2
@@ -94,11 +96,30 @@ class _Parser(argparse.ArgumentParser):
             )
 
 
+class _Size(argparse.Action):
+    """Stores a size and notes its option in ``given_sizes`` (what the command line set,
+    as opposed to a default)."""
+
+    @override
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        given = getattr(namespace, "given_sizes", ())
+        namespace.given_sizes = (*given, option_string or self.dest)
+
+
 def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("parallel dimensions (one may be -1: inferred)")
     for name in SIZE_NAMES:
         facts = FACTS[name]
-        group.add_argument(option(name), type=int, default=facts.default, help=facts.help)
+        group.add_argument(
+            option(name), type=int, default=facts.default, help=facts.help, action=_Size
+        )
     group.add_argument(
         "--order",
         help=f"the five dense dimensions, comma-separated, outermost first "
@@ -110,6 +131,18 @@ def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the expert view's gangs at ep = 1 and etp = 1 too (a mixture of experts without "
         "expert parallelism); ep or etp above 1 asks for them anyway",
+    )
+
+
+def _add_part_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--part",
+        action="append",
+        metavar="NAME=SIZE[:DIM=SIZE,...]",
+        help="a part of a job that runs several models: SIZE consecutive ranks after the "
+        "parts before it (-1: the ranks the others leave), laid out by its own sizes (e.g. "
+        "trainer=4:tp=2); repeat for each part, in rank order. Groups are shown in global "
+        "ranks; the size options above go in each part's spec",
     )
 
 
@@ -164,8 +197,11 @@ def build_parsers(
         ),
         formatter_class=formatter,
     )
-    check.add_argument("--nproc", type=int, default=4, help="local processes")
+    check.add_argument(
+        "--nproc", type=int, help="local processes (default: 4, or the sum of the --part sizes)"
+    )
     _add_dim_arguments(check)
+    _add_part_argument(check)
     check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
     check.add_argument(
         "--iters",
@@ -201,7 +237,13 @@ def build_parsers(
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
-    plan.add_argument("--world-size", type=int, required=True, help="number of processes")
+    plan.add_argument(
+        "--world-size",
+        type=int,
+        help="number of processes (required without --part; with --part, the sum of the "
+        "parts' sizes by default)",
+    )
+    _add_part_argument(plan)
     plan.add_argument(
         "--ranks-per-node",
         type=int,
@@ -256,13 +298,23 @@ def run_check(args: argparse.Namespace, argv: list[str]) -> int:
         raise ValueError(
             f"--iters and --timeout: expected positive values, got {args.iters}, {args.timeout}"
         )
-    layout = layout_of(args)
-    if args.init_method:
-        return check_as_rank(args, layout)
-    env = read_launch_environment()
-    if env is not None and env.world_size > 1:
-        return check_as_rank(args, layout)
-    return check_locally(args, layout, argv, main)
+    env = None if args.init_method else read_launch_environment()
+    launched = bool(args.init_method) or (env is not None and env.world_size > 1)
+    if not args.part:
+        args.nproc = 4 if args.nproc is None else args.nproc
+        layout = layout_of(args)
+        return check_as_rank(args, layout) if launched else check_locally(args, layout, argv, main)
+    from gangmesh.tools.check_parts import check_parts_as_rank
+
+    if args.init_method:  # a local worker: the launcher set the world size
+        args.world_size = int(os.environ["WORLD_SIZE"])
+    else:
+        args.world_size = env.world_size if launched and env else args.nproc
+    plan, _ = parts_of(args)
+    if launched:
+        return check_parts_as_rank(args, plan)
+    args.nproc = plan.parts.world_size
+    return check_locally(args, Layout(), argv, main)
 
 
 def option_spelling(message: str, options: dict[str, str] = OPTIONS) -> str:

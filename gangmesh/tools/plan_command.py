@@ -1,6 +1,6 @@
 """``gangmesh plan``: print a layout's gangs (table, JSON or SVG) and its locality report.
 
-This module needs numpy only; it imports the SVG drawing only when it is asked for.
+This module needs numpy only.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ from gangmesh.plan.dims import SIZE_NAMES
 from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
+from gangmesh.tools.failure import Failure
+from gangmesh.tools.parts_command import parts_output
 from gangmesh.tools.render import finding_label, plan_json, plan_table
 from gangmesh.tools.svg import plan_svg
 
 FINDINGS_EXIT = 1
 """Exit code of ``gangmesh plan --strict`` when a locality finding is one to fix."""
-
-
-class Failure(Exception):
-    """An error to report in one line as it is, without option spelling."""
 
 
 def layout_of(args: argparse.Namespace) -> Layout:
@@ -40,6 +38,31 @@ def run_plan(args: argparse.Namespace) -> int:
         raise Failure(f"--json-content: applies to --format json only, got {args.format}")
     if args.strict and args.ranks_per_node is None:
         raise Failure("--strict: checks locality, which needs --ranks-per-node")
+    if args.part:
+        text, to_fix = parts_output(args)
+    elif args.world_size is None:
+        raise Failure("the following arguments are required: --world-size (or --part)")
+    else:
+        text, to_fix = _plan_output(args)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                out.write(text)
+        except OSError as ex:
+            raise Failure(f"--output: cannot write {args.output}: {ex.strerror or ex}") from ex
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    if args.strict and to_fix:
+        sys.stderr.write(
+            f"gangmesh plan: --strict: locality findings to fix: {', '.join(to_fix)}\n"
+        )
+        return FINDINGS_EXIT
+    return 0
+
+
+def _plan_output(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The text of the plan of one layout, and the findings to fix (labels)."""
     plan = MeshTopology.from_layout(args.world_size, layout_of(args))
     if args.rank is not None:
         plan.coordinate(args.rank)
@@ -58,23 +81,9 @@ def run_plan(args: argparse.Namespace) -> int:
         text = plan_table(plan, ranks_per_node=per_node, rank=args.rank)
         if wider is not None:
             text += "".join(f"{line}\n" for line in _wider_text(args, wider))
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as out:
-                out.write(text)
-        except OSError as ex:
-            raise Failure(f"--output: cannot write {args.output}: {ex.strerror or ex}") from ex
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    if args.strict:
-        to_fix = [f for f in plan.check_locality(per_node) if f.avoidable]
-        to_fix += [f for f in wider or [] if f.avoidable]
-        if to_fix:
-            dims = ", ".join(f.dim + ("" if f.level == "node" else f" ({f.level})") for f in to_fix)
-            sys.stderr.write(f"gangmesh plan: --strict: locality findings to fix: {dims}\n")
-            return FINDINGS_EXIT
-    return 0
+    to_fix = [] if per_node is None else [f for f in plan.check_locality(per_node) if f.avoidable]
+    to_fix += [f for f in wider or [] if f.avoidable]
+    return text, [f.dim + ("" if f.level == "node" else f" ({f.level})") for f in to_fix]
 
 
 def _wider_findings(plan: MeshTopology, args: argparse.Namespace) -> list[LocalityFinding] | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack
 
 from gangmesh.plan.dims import FACTS, LOCALITY_PRIORITY, Dim
 from gangmesh.plan.locality import LocalityFinding, checked_dims, unchecked_dims
@@ -48,9 +50,15 @@ def plan_table(
     ranks_per_node: int | None = None,
     rank: int | None = None,
     first: int = 4,
+    offset: int = 0,
+    findings: Sequence[LocalityFinding] | None = None,
 ) -> str:
-    """A readable summary: sizes, group counts, the first groups, locality findings."""
-    lines = [f"{plan!r}" + _node_text(plan, ranks_per_node)]
+    """A readable summary: sizes, group counts, the first groups, locality findings.
+
+    ``offset`` shows the plan's ranks shifted by it (a part of a job at that global rank;
+    ``rank`` is global then too), and ``findings`` replaces the plan's own locality check.
+    """
+    lines = [f"{plan!r}" + _node_text(plan, ranks_per_node, offset)]
     megatron = megatron_order(plan)
     spelled = (
         f"; as Megatron-Core's order argument, innermost first: {megatron}" if megatron else ""
@@ -59,33 +67,54 @@ def plan_table(
     lines.append(f"{'dim':<13} {'size':>6} {'groups':>8}  first groups")
     for dim in shown_dims(plan):
         count = plan.group_count(dim)
-        shown = " ".join(short_group(g) for g in plan.first_groups(dim, first))
+        groups = plan.first_groups(dim, first)
+        shown = " ".join(short_group([r + offset for r in g]) for g in groups)
         more = " ..." if count > first else ""
         lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
     if rank is not None:
-        coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(rank).items())
+        local = rank - offset
+        coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(local).items())
         lines.append(f"rank {rank}: {coordinate}")
         for dim in shown_dims(plan):
-            group = short_group(plan.group_of(rank, dim))
-            lines.append(f"  {dim:<13} rank {plan.rank_in(rank, dim)} in {group}")
+            group = short_group([r + offset for r in plan.group_of(local, dim)])
+            lines.append(f"  {dim:<13} rank {plan.rank_in(local, dim)} in {group}")
     if ranks_per_node is not None:
-        findings = plan.check_locality(ranks_per_node)
-        lines.extend(findings_text(findings, plan=plan, ranks_per_node=ranks_per_node))
+        found = plan.check_locality(ranks_per_node) if findings is None else findings
+        lines.extend(findings_text(found, plan=plan, ranks_per_node=ranks_per_node))
     return "\n".join(lines) + "\n"
 
 
-def plan_json(
+class DocumentOptions(TypedDict, total=False):
+    """What :func:`plan_json` and :func:`plan_document` may be told beside the plan."""
+
+    ranks_per_node: int | None
+    """Adds the locality findings."""
+    rank: int | None
+    """Adds that rank's coordinate and groups."""
+    content: str
+    """``"all"`` (every group, the default) or ``"counts"``."""
+    offset: int
+    """Shifts every rank shown, ``rank`` included, as :func:`plan_table` does."""
+    findings: Sequence[LocalityFinding] | None
+    """Replaces the plan's own locality check."""
+
+
+def plan_json(plan: MeshTopology, **options: Unpack[DocumentOptions]) -> str:
+    """The layout as JSON: sizes, group counts and, with ``content="all"``, every group
+    (see :class:`DocumentOptions`). Raises ValueError for an unknown ``content``."""
+    return json.dumps(plan_document(plan, **options)) + "\n"
+
+
+def plan_document(
     plan: MeshTopology,
     *,
     ranks_per_node: int | None = None,
     rank: int | None = None,
     content: str = "all",
-) -> str:
-    """The layout as JSON: sizes, group counts and, with ``content="all"``, every group.
-
-    ``rank`` adds that rank's coordinate and groups; ``ranks_per_node`` adds the
-    locality findings. Raises ValueError for an unknown ``content``.
-    """
+    offset: int = 0,
+    findings: Sequence[LocalityFinding] | None = None,
+) -> dict[str, Any]:
+    """What :func:`plan_json` writes, as a dict (see :class:`DocumentOptions`)."""
     if content not in JSON_CONTENTS:
         raise ValueError(f"content: expected one of {', '.join(JSON_CONTENTS)}, got {content!r}")
     document: dict[str, Any] = {
@@ -100,7 +129,7 @@ def plan_json(
         },
     }
     if content == "all":
-        document["groups"] = {dim: plan.groups(dim).tolist() for dim in shown_dims(plan)}
+        document["groups"] = {dim: (plan.groups(dim) + offset).tolist() for dim in shown_dims(plan)}
     if ranks_per_node is not None:
         document["ranks_per_node"] = ranks_per_node
         document["locality_findings"] = [
@@ -111,15 +140,18 @@ def plan_json(
                 "avoidable": f.avoidable,
                 "message": f.message,
             }
-            for f in plan.check_locality(ranks_per_node)
+            for f in (plan.check_locality(ranks_per_node) if findings is None else findings)
         ]
     if rank is not None:
+        local = rank - offset
         document["rank"] = {
             "rank": rank,
-            "coordinate": plan.coordinate(rank),
-            "groups": {dim: plan.group_of(rank, dim) for dim in shown_dims(plan)},
+            "coordinate": plan.coordinate(local),
+            "groups": {
+                dim: [r + offset for r in plan.group_of(local, dim)] for dim in shown_dims(plan)
+            },
         }
-    return json.dumps(document) + "\n"
+    return document
 
 
 def findings_text(
@@ -139,7 +171,7 @@ def findings_text(
         if not findings:
             return [f"locality: no checked gang ({_checked_anywhere()}) crosses a node"]
         return [_count_line(to_fix, notes), *_finding_lines(to_fix, notes)]
-    if ranks_per_node >= plan.world_size:
+    if ranks_per_node >= plan.world_size and not findings:
         held = "the only rank" if plan.world_size == 1 else f"all {plan.world_size} ranks"
         return [f"locality: one node holds {held}, so no gang crosses a node"]
     found = {f.dim for f in findings}
@@ -193,8 +225,8 @@ def _join(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def _node_text(plan: MeshTopology, ranks_per_node: int | None) -> str:
+def _node_text(plan: MeshTopology, ranks_per_node: int | None, offset: int = 0) -> str:
     if ranks_per_node is None:
         return ""
-    nodes = -(-plan.world_size // ranks_per_node)
+    nodes = (offset + plan.world_size - 1) // ranks_per_node - offset // ranks_per_node + 1
     return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"

@@ -54,30 +54,84 @@ def plan_svg(
     Raises ValueError if ``ranks_per_node`` does not divide the world size or ``rank``
     is not a rank of the plan.
     """
-    per_node = None
     if ranks_per_node is not None:
-        per_node = check_ranks_per_node(plan.world_size, ranks_per_node)
+        check_ranks_per_node(plan.world_size, ranks_per_node)
     if rank is not None:
         plan.coordinate(rank)
-    lo, hi = _window(plan.world_size, per_node, rank)
-    cols = row_length(per_node) if per_node else (8 if plan.world_size <= 64 else 16)
-    digits = max(len(str(hi - 1)), len(str(plan.world_size)) + 1)
-    grid = Grid.build(lo, hi, per_node, cols, max(36, 7 * digits + 10))
-    findings = {f.dim: f for f in plan.check_locality(per_node)} if per_node else {}
-    dims = [d for d in (*plan.order, *EXPERT_DIMS) if plan.size_of(d) > 1]
-    panels = [_Panel.draw(plan, dim, grid, findings.get(dim), rank) for dim in dims]
+    body, width, height = plan_drawing(plan, ranks_per_node=ranks_per_node, rank=rank)
+    caption = f"gangmesh plan: {_heading(plan, ranks_per_node)}; {_sizes_text(plan)}"
+    return svg_document(body, width, height, caption=caption)
 
-    title = f"{plan.world_size} ranks"
-    if per_node:
-        nodes = -(-plan.world_size // per_node)
-        title += f" on {nodes} node{'s' if nodes > 1 else ''} of {per_node}"
+
+def plan_drawing(
+    plan: MeshTopology,
+    *,
+    ranks_per_node: int | None = None,
+    rank: int | None = None,
+    offset: int = 0,
+    findings: Sequence[LocalityFinding] | None = None,
+    title: str | None = None,
+) -> tuple[list[str], int, int]:
+    """The elements of :func:`plan_svg`'s picture, its width and height (arguments checked).
+
+    ``offset`` draws the plan's ranks shifted by it (a part of a job at that global rank,
+    nodes counted in global ranks; ``rank`` is global then too), ``findings`` replaces the
+    plan's own locality check, ``title`` the first line.
+    """
+    per_node = ranks_per_node
+    local = None if rank is None else rank - offset
+    lo, hi = _window(plan.world_size, per_node, local)
+    cols = row_length(per_node) if per_node else (8 if plan.world_size <= 64 else 16)
+    digits = max(len(str(offset + hi - 1)), len(str(offset + plan.world_size)) + 1)
+    grid = Grid.build(offset + lo, offset + hi, per_node, cols, max(36, 7 * digits + 10))
+    if per_node and findings is None:
+        findings = plan.check_locality(per_node)
+    by_dim = {f.dim: f for f in findings or ()}
+    dims = [d for d in (*plan.order, *EXPERT_DIMS) if plan.size_of(d) > 1]
+    panels = [_Panel.draw(plan, dim, grid, by_dim.get(dim), rank, offset) for dim in dims]
+
+    heading = _heading(plan, per_node, offset, title)
+    legend = _legend(plan, grid, panels, rank)
+    footer = _footer(plan, per_node, list(findings or ()), dims)
+    large = plan.world_size > SVG_FULL_RANKS and offset == 0
+    structure = overview(plan, per_node, dims) if large else None
+    return _page(heading, _sizes_text(plan), legend, panels, footer, structure)
+
+
+def _sizes_text(plan: MeshTopology) -> str:
+    """``"pp=1, ..., etp=1; order ..."``: the second line of a picture's heading."""
     sizes = ", ".join(f"{k}={v}" for k, v in plan.sizes().items())
     if plan.order != DENSE_DIMS:
         sizes += f"; order {','.join(plan.order)}"
-    legend = _legend(plan, grid, panels, rank)
-    footer = _footer(plan, per_node, list(findings.values()))
-    structure = overview(plan, per_node, dims) if plan.world_size > SVG_FULL_RANKS else None
-    return _page(title, sizes, legend, panels, footer, structure)
+    return sizes
+
+
+def _heading(
+    plan: MeshTopology, per_node: int | None, offset: int = 0, title: str | None = None
+) -> str:
+    """``"16 ranks on 2 nodes of 8"``: the first line of a picture's heading."""
+    heading = f"{plan.world_size} ranks" if title is None else title
+    if per_node:
+        nodes = (offset + plan.world_size - 1) // per_node - offset // per_node + 1
+        heading += f" on {nodes} node{'s' if nodes > 1 else ''} of {per_node}"
+    return heading
+
+
+def svg_document(body: Sequence[str], width: int, height: int, *, caption: str) -> str:
+    """One SVG document of ``body`` (elements), on a white page of that size.
+
+    :param body: the elements, drawn in order.
+    :param width: the page width.
+    :param height: the page height.
+    :param caption: the document's title (its tooltip).
+    """
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif">'
+    )
+    background = f'<rect width="{width}" height="{height}" fill="#ffffff"/>'
+    title = f"<title>{escape(caption)}</title>"
+    return "\n".join([head, title, background, *body, "</svg>"]) + "\n"
 
 
 def _page(
@@ -87,9 +141,9 @@ def _page(
     panels: list[_Panel],
     footer: list[str],
     structure: tuple[list[str], float] | None = None,
-) -> str:
-    """The whole picture: title, legend, the overview of a large world, the panels in
-    rows, the locality report."""
+) -> tuple[list[str], int, int]:
+    """The whole picture's elements, width and height: title, legend, the overview of a
+    large world, the panels in rows, the locality report."""
     panel_w = max([0.0, *(p.width for p in panels)])
     columns = max(1, min(len(panels), int(_MAX_WIDTH // (panel_w + _PANEL_GAP))))
     heading = [title, *sizes.split("; ")]
@@ -136,14 +190,7 @@ def _page(
     for line in (wrapped for text in footer for wrapped in wrap_text(text, width, 12)):
         body.append(text_at(_MARGIN, y + 12, line, 12, fill="#333"))
         y += 17
-    w, h = round(width + 2 * _MARGIN), round(y + _MARGIN)
-    head = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-        f'viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Arial, sans-serif">'
-    )
-    background = f'<rect width="{w}" height="{h}" fill="#ffffff"/>'
-    caption = f"<title>gangmesh plan: {escape(title)}; {escape(sizes)}</title>"
-    return "\n".join([head, caption, background, *body, "</svg>"]) + "\n"
+    return body, round(width + 2 * _MARGIN), round(y + _MARGIN)
 
 
 @dataclass
@@ -159,10 +206,16 @@ class _Panel:
 
     @staticmethod
     def draw(
-        plan: MeshTopology, dim: str, grid: Grid, finding: LocalityFinding | None, rank: int | None
+        plan: MeshTopology,
+        dim: str,
+        grid: Grid,
+        finding: LocalityFinding | None,
+        rank: int | None,
+        offset: int = 0,
     ) -> _Panel:
         size, count = plan.size_of(dim), plan.group_count(dim)
-        ids = plan.group_ids(dim, grid.ranks)
+        local = grid.ranks - offset
+        ids = plan.group_ids(dim, local)
         drawn = np.unique(ids)
         header = f"{dim}: {FACTS[Dim(dim)].description}"
         totals = f"{count} groups of {size} ranks"
@@ -174,20 +227,21 @@ class _Panel:
         ]
         top = 40
         parts += [text_at(0, top + y + 22, text, 11, fill="#333") for y, text in grid.labels]
-        positions = plan.view_of(dim).coordinates(grid.ranks)[dim]
+        positions = plan.view_of(dim).coordinates(local)[dim]
         scene = _Scene(
             dim=dim,
             size=size,
             grid=grid,
             top=top,
             rank=rank,
-            of_rank=-1 if rank is None else int(plan.group_ids(dim, np.array([rank]))[0]),
+            of_rank=-1 if rank is None else int(plan.group_ids(dim, np.array([rank - offset]))[0]),
             positions=dict(zip(grid.ranks.tolist(), positions.tolist(), strict=True)),
         )
         marks: set[bool] = set()
         for group in drawn.tolist():
             shown = grid.ranks[ids == group].tolist()
-            members = plan.group_of(shown[0], dim) if size <= _LISTED else shown
+            listed = [r + offset for r in plan.group_of(shown[0] - offset, dim)]
+            members = listed if size <= _LISTED else shown
             nodes = sorted({r // grid.per_node for r in members}) if grid.per_node else []
             crossing = finding is not None and (len(nodes) > 1 or size > (grid.per_node or size))
             if finding is not None and crossing:
@@ -316,13 +370,15 @@ def _legend(
     return lines
 
 
-def _footer(plan: MeshTopology, per_node: int | None, findings: list[LocalityFinding]) -> list[str]:
-    """The locality report's lines, less the findings the panels already show."""
+def _footer(
+    plan: MeshTopology, per_node: int | None, findings: list[LocalityFinding], dims: list[Dim]
+) -> list[str]:
+    """The locality report's lines, less the findings the panels (of ``dims``) already show."""
     if per_node is None:
         return []
     lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
-    beside = tuple(f"  - {finding_label(f)}: " for f in findings)
-    return [line.strip().removeprefix("- ") for line in lines if not line.startswith(beside)]
+    beside = {f"  - {finding_label(f)}: {f}" for f in findings if f.dim in dims}
+    return [line.strip().removeprefix("- ") for line in lines if line not in beside]
 
 
 def _window(world_size: int, per_node: int | None, rank: int | None) -> tuple[int, int]:

@@ -255,3 +255,31 @@ def test_interleaved_hosts_are_judged_by_host_and_placement_keeps_tp_inside(tmp_
         (finding,) = tp
         assert finding["level"] == "node" and finding["avoidable"]
         assert "placement=True" in finding["message"], finding["message"]
+
+
+PARTS = ["--part", "trainer=4:dp_shard=2,tp=2", "--part", "generator=4:dp_replicate=2,tp=2"]
+
+
+def test_a_job_of_two_parts_is_checked_part_by_part_with_a_bridge(tmp_path):
+    out = tmp_path / "parts.json"
+    run = check(*PARTS, "--ranks-per-node", "4", "--iters", "2", "--json", str(out))
+    assert run.returncode == 0, run.output
+    assert "part trainer: ranks 0-3" in run.output
+    assert "part generator: ranks 4-7" in run.output
+    assert "bridge of each part's first rank [0, 4]: broadcast and all_reduce" in run.output
+    assert "PASSED: parts trainer, generator and their bridge" in run.output
+    summary = json.loads(out.read_text())
+    assert [p["name"] for p in summary["parts"]] == ["trainer", "generator"]
+    assert [p["ranks"] for p in summary["parts"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    record = summary["parts"][1]["layout_record"]
+    groups = {name: [g["members"] for g in found] for name, found in record["gangs"].items()}
+    assert groups["tp"] == [[4, 5], [6, 7]] and groups["rdp"] == [[4, 6], [5, 7]]
+    assert [r["rank"] for r in record["ranks"]] == [4, 5, 6, 7]
+    assert summary["bridge"] == {"ranks": [0, 4], "passed": True}
+
+
+def test_a_bad_part_is_refused_before_any_process_starts():
+    run = check("--part", "trainer=4:tp=3", "--part", "generator=4")
+    assert run.returncode == 2, run.output
+    assert "--part trainer=4:tp=3" in run.output
+    assert "starting" not in run.output

@@ -41,3 +41,12 @@ def test_one_process_without_torchrun_runs_the_same_code_on_a_real_mesh(script):
     # FSDP2 made the weight a DTensor over a one-process mesh: the shard is the whole weight.
     assert "blocks[0].up.weight: local shard (128, 32) of global (128, 32)" in run.output
     assert "matches the single-process run within 1e-05" in run.output
+
+
+def test_two_models_recipe_matches_one_process():
+    run = torchrun_like(REPO / "docs/examples/two_models.py", 8, timeout=300)
+    assert run.returncode == 0, run.output
+    assert "Parts(trainer ranks 0-3, generator ranks 4-7" in run.output
+    losses = re.findall(r"step \d: trainer loss [\d.]+ \(single process [\d.]+\)", run.output)
+    assert len(losses) == 3, run.output
+    assert "matches the single-process run within 1e-05" in run.output

@@ -215,3 +215,51 @@ def test_opposite_orders_are_caught():
     recording.requests.update({0: [a, b], 1: [b, a], 2: [b]})
     with pytest.raises(AssertionError, match="opposite orders"):
         assert_one_schedule(recording, 3)
+
+
+@st.composite
+def _parts_and_bridge(draw: st.DrawFn) -> tuple[dict[str, int], list[MeshTopology], list[int]]:
+    """Two or three parts of a world of up to 12 processes, a plan per part, and a bridge:
+    some ranks of every part."""
+    sizes = draw(st.lists(st.integers(min_value=1, max_value=4), min_size=2, max_size=3))
+    plans = [draw(layouts(world_sizes=[size], orders=True, experts=True)) for size in sizes]
+    world = sum(sizes)
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    bridge = sorted(
+        offset + draw(st.integers(min_value=0, max_value=size - 1))
+        for offset, size in zip(offsets, sizes, strict=True)
+    )
+    extra = draw(st.lists(st.integers(min_value=0, max_value=world - 1), max_size=3))
+    return {f"part{i}": size for i, size in enumerate(sizes)}, plans, sorted({*bridge, *extra})
+
+
+@SCHEDULES
+@given(drawn=_parts_and_bridge())
+def test_parts_their_gangs_and_bridges_split_as_every_process_of_the_parent_asks(
+    drawn: tuple[dict[str, int], list[MeshTopology], list[int]], monkeypatch: pytest.MonkeyPatch
+):
+    sizes, plans, bridge = drawn
+    world = sum(sizes.values())
+    recording = Recording()
+    for rank in range(world):
+        with bound_rank(recording, world, rank, monkeypatch) as root:
+            parts = gm.create_parts(root, **sizes)
+            part = list(sizes).index(parts.name)
+            offset, plan = parts.ranks(parts.name)[0], plans[part]
+            assert parts.root.global_ranks == parts.ranks(parts.name)  # type: ignore[attr-defined]
+            gangs = gm.create_gangs(parts.root, **plan.layout.keywords())
+            for name in gangs:
+                expected = [offset + r for r in plan.group_of(rank - offset, name)]
+                gang = gangs[name]
+                got = gang.global_ranks if isinstance(gang, gm.ProcessGroupGang) else [rank]
+                assert got == expected, (rank, name)
+            by_part = {n: [r for r in bridge if r in parts.ranks(n)] for n in sizes}
+            gang = parts.bridge(**{n: ranks for n, ranks in by_part.items() if ranks})
+            if rank in bridge:
+                assert gang is not None and gang.size == len(bridge)
+                assert not isinstance(gang, gm.ProcessGroupGang) or gang.global_ranks == bridge
+            else:
+                assert gang is None
+            gangs.close()
+            parts.close()
+    assert_one_schedule(recording, world)
