@@ -23,7 +23,7 @@ from gangmesh.plan._checks import check_timeout
 from gangmesh.plan.cluster import Site
 from gangmesh.plan.layout import Layout
 from gangmesh.plan.multipart import MultiPartPlan
-from gangmesh.plan.parts import PartsPlan
+from gangmesh.plan.parts import PartsPlan, span_text
 from gangmesh.plan.placement import given_sites, placement_request, this_site
 from gangmesh.runtime.communicators import CommunicatorKey, split
 from gangmesh.runtime.fake_gang import FakeGang
@@ -188,21 +188,20 @@ class Parts:
     def bridge(self, **ranks_by_part: Sequence[int]) -> Gang | None:
         """A gang of the processes named, by part: ``bridge(trainer=[0], rollout=[4, 5])``;
         None on the processes not named. Every process of the job calls it with the same
-        arguments. Its ranks follow the global ranks (``bridge.global_ranks.index(0)`` is
-        where global rank 0 sits), and it is closed by :meth:`close`.
+        arguments. Its ranks follow the global ranks (on a ProcessGroupGang,
+        ``bridge.global_ranks.index(0)`` is where global rank 0 sits), and it is closed by
+        :meth:`close`. Bad arguments are refused on each process before it waits for another.
 
         :param ranks_by_part: part name -> global ranks of that part.
         :raises ValueError: an unknown part, a rank outside its part, or processes that
             asked for different bridges.
         :raises GangError: a peer did not come, or the group cannot be created.
         """
-        agreeing = Agreement(self._job, "bridge", {k: list(v) for k, v in ranks_by_part.items()})
-        try:
-            members = list(self.plan.bridge_ranks(**ranks_by_part))
-        except (TypeError, ValueError):
-            agreeing.leave_request()
-            raise
-        agreeing.wait(self._timeout)
+        members = list(self.plan.bridge_ranks(**ranks_by_part))
+        by_part = {
+            name: [r for r in members if r in self.plan.span(name)] for name in ranks_by_part
+        }
+        Agreement(self._job, "bridge", by_part).wait(self._timeout)
         gang = _split_gang(self._job, [members], members, self._timeout, "bridge")
         if gang is not None:
             self._bridges.append(gang)
@@ -257,10 +256,5 @@ class Parts:
 
     @override
     def __repr__(self) -> str:
-        parts = ", ".join(f"{name} {_span(self.plan.ranks(name))}" for name in self.plan.names)
+        parts = ", ".join(f"{name} {span_text(self.plan.span(name))}" for name in self.plan.names)
         return f"Parts({parts}; this process: {self.name} rank {self.root.rank})"
-
-
-def _span(ranks: list[int]) -> str:
-    """``"ranks 4-7"``."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"

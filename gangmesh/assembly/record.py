@@ -48,10 +48,12 @@ def layout_record(gangs: RecordedGangs) -> dict[str, Any]:
 
     Every process of the root gang must call it: it gathers each process's site and groups.
     ``{"version", "world_size", "sizes", "order", "ranks": [{"rank", "host", "domain",
-    "rack"}] (global ranks, by rank in the root gang), "gangs":
+    "rack"}], "gangs":
     {name: [{"members", "group_name", "description", "backend", "timeout_s"}]},
     "group_names": {group_name: {"gangs", "members", "description"}}}``; a gang of size 1
-    has no group: its name, description and backend are None.
+    has no group: its name, description and backend are None. ``world_size`` is the root
+    gang's size (a part's, for gangs built on ``parts.root``); ``ranks`` lists the root's
+    processes by root rank, each with its global rank, and ``members`` are global ranks.
 
     :param gangs: the gangs of this process.
     :raises gangmesh.GangError: a peer died or did not answer while gathering.

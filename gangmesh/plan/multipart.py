@@ -88,7 +88,7 @@ class MultiPartPlan:
         :param name: a part name.
         :raises ValueError: no part has that name.
         """
-        return self._plans[self._parts._known(name)]
+        return self._plans[self._parts.known(name)]
 
     def groups(self, name: str, dim: str | tuple[str, ...]) -> np.ndarray:
         """Every group of part ``name`` along ``dim``, in global ranks: an int64 array
@@ -146,7 +146,7 @@ class MultiPartPlan:
         """
         names = list(self._parts.names if parts is None else parts)
         for name in names:
-            self._parts._known(name)
+            self._parts.known(name, "parts")
         if not names or len(set(names)) != len(names):
             raise ValueError(f"parts: expected distinct part names, got {names}")
         axis = self._axis(dim)

@@ -30,9 +30,10 @@ from gangmesh.plan.dims import ALIASES, GANG_NAMES, ROOT, Dim
 __all__ = ["RESERVED_NAMES", "PartsPlan", "check_part_name", "span_text"]
 
 RESERVED_NAMES: frozenset[str] = frozenset(
-    {*(dim.value for dim in Dim), *ALIASES, *GANG_NAMES, ROOT}
+    {*(dim.value for dim in Dim), *ALIASES, *GANG_NAMES, ROOT, "root_gang", "placement", "timeout"}
 )
-"""Names a part cannot take: every dimension, alias and gang the registry knows."""
+"""Names a part cannot take: every dimension, alias and gang the registry knows, and the
+other arguments of :func:`~gangmesh.create_parts`."""
 
 
 def span_text(ranks: range) -> str:
@@ -180,7 +181,7 @@ class PartsPlan:
         :param name: a part name.
         :raises ValueError: no part has that name.
         """
-        return self._sizes[self._known(name)]
+        return self._sizes[self.known(name)]
 
     def offset(self, name: str) -> int:
         """The first global rank of part ``name``.
@@ -188,7 +189,7 @@ class PartsPlan:
         :param name: a part name.
         :raises ValueError: no part has that name.
         """
-        return int(self._offsets[self._known(name)])
+        return int(self._offsets[self.known(name)])
 
     def span(self, name: str) -> range:
         """The global ranks of part ``name``, as a range.
@@ -265,9 +266,15 @@ class PartsPlan:
             raise ValueError(f"{name}: expected each rank once, got {twice} more than once")
         return checked
 
-    def _known(self, name: str) -> str:
+    def known(self, name: str, argument: str = "name") -> str:
+        """``name``, a part's name.
+
+        :param name: the name to check.
+        :param argument: the argument that gave it, named in the error.
+        :raises ValueError: no part has that name.
+        """
         if name not in self._sizes:
             raise ValueError(
-                f"part: unknown part {name!r}; expected one of {', '.join(self.names)}"
+                f"{argument}: unknown part {name!r}; expected one of {', '.join(self.names)}"
             )
         return name

@@ -15,6 +15,7 @@ import torch
 from gangmesh.assembly.factories import create_gangs_from_layout
 from gangmesh.assembly.parts import Parts, create_parts
 from gangmesh.assembly.record import layout_record
+from gangmesh.plan.locality import LocalityFinding
 from gangmesh.plan.multipart import MultiPartPlan
 from gangmesh.plan.parts import span_text
 from gangmesh.runtime.environment import read_launch_environment
@@ -34,7 +35,9 @@ def check_parts_as_rank(args: argparse.Namespace, plan: MultiPartPlan) -> int:
     root = root_gang(args.init_method, timeout)
     try:
         sizes_by_part: dict[str, Any] = plan.parts.sizes
-        parts = create_parts(root, timeout=timeout, **sizes_by_part)
+        parts = create_parts(
+            root, placement=args.placement or None, timeout=timeout, **sizes_by_part
+        )
         per_node = args.ranks_per_node or _local_world_size(args) or root.size
         placements = all_gather_objects(root, this_placement(root.rank, per_node))
         mine = _check_part(args, parts, plan, sizes, timeout, placements)
@@ -43,7 +46,7 @@ def check_parts_as_rank(args: argparse.Namespace, plan: MultiPartPlan) -> int:
         passed = all(ok for (_, ok), _ in found) and all(ok is not False for _, ok in found)
         if root.rank == 0:
             reports = [part for (part, _), _ in found if part is not None]
-            _print_parts(args, plan, reports, found, placements, passed)
+            _print_parts(args, plan, reports, found, placements, per_node, passed)
         parts.close()
         return 0 if broadcast_flag(root, passed) else 1
     except GangError as ex:
@@ -62,7 +65,9 @@ def _check_part(
     """This process's part checked: (its report, whether it passed) on the part's rank 0,
     (None, True) elsewhere."""
     layout = plan.plan(parts.name).layout
-    gangs = create_gangs_from_layout(parts.root, layout, timeout=timeout)
+    gangs = create_gangs_from_layout(
+        parts.root, layout, timeout=timeout, placement=args.placement or None
+    )
     ranks = parts.ranks(parts.name)
     record = layout_record(gangs)
     reports = check_gangs(gangs, gangs.plan, sizes, args.iters, global_ranks=ranks)
@@ -106,6 +111,7 @@ def _print_parts(
     reports: list[dict[str, Any]],
     found: list[tuple[tuple[dict[str, Any] | None, bool], bool | None]],
     placements: list[Placement],
+    per_node: int,
     passed: bool,
 ) -> None:
     """Print each part's report, the nodes, each part's locality findings, the bridge's line
@@ -115,8 +121,11 @@ def _print_parts(
         print(part.pop("text"), file=out)
     nodes, _ = nodes_text(placements)
     print(nodes, file=out)
-    per_node = max(placements.count(p) for p in placements)
-    findings = plan.check_locality(per_node) if plan.parts.world_size % per_node == 0 else {}
+    findings: dict[str, list[LocalityFinding]] = {}
+    if plan.parts.world_size % per_node == 0:
+        findings = plan.check_locality(per_node)
+    else:
+        print(f"locality: not checked ({per_node} ranks per node do not divide the job)", file=out)
     for name, found_here in findings.items():
         lines = findings_text(found_here)
         print("\n".join(f"part {name}: {line}" for line in lines), file=out)

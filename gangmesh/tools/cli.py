@@ -304,13 +304,15 @@ def run_check(args: argparse.Namespace, argv: list[str]) -> int:
         args.nproc = 4 if args.nproc is None else args.nproc
         layout = layout_of(args)
         return check_as_rank(args, layout) if launched else check_locally(args, layout, argv, main)
-    from gangmesh.tools.check_parts import check_parts_as_rank
+    from gangmesh.tools.check_parts import check_parts_as_rank  # imports torch: not for plan
 
+    if args.inject_rank is not None:
+        raise Failure("--inject-rank: not with --part")
     if args.init_method:  # a local worker: the launcher set the world size
         args.world_size = int(os.environ["WORLD_SIZE"])
     else:
         args.world_size = env.world_size if launched and env else args.nproc
-    plan, _ = parts_of(args)
+    plan, _ = parts_of(args, "--nproc")
     if launched:
         return check_parts_as_rank(args, plan)
     args.nproc = plan.parts.world_size

@@ -93,11 +93,15 @@ def _int(spec: str, what: str, text: str) -> int:
         raise Failure(f"--part {spec}: expected {what} to be an int, got {text!r}") from None
 
 
-def parts_of(args: argparse.Namespace) -> tuple[MultiPartPlan, dict[str, str]]:
+def parts_of(
+    args: argparse.Namespace, world_option: str = "--world-size"
+) -> tuple[MultiPartPlan, dict[str, str]]:
     """The plan of every part given with ``--part``, and each part's spec by name.
 
+    :param args: the command line; ``args.world_size`` is the job's size, if given.
+    :param world_option: the option that gave it, named in errors.
     :raises Failure: a bad spec, a part named twice, a size option given beside ``--part``,
-        or sizes that do not add up to ``--world-size``.
+        or sizes that do not add up to ``world_option``.
     """
     refused = [*getattr(args, "given_sizes", ())]
     refused += ["--order"] if args.order is not None else []
@@ -120,17 +124,19 @@ def parts_of(args: argparse.Namespace) -> tuple[MultiPartPlan, dict[str, str]]:
     known = sum(size for _, size in sizes if size != -1)
     inferred = [specs[name] for name, size in sizes if size == -1]
     if inferred and args.world_size is None:
-        raise Failure(f"--part {inferred[0]}: a SIZE of -1 is inferred from --world-size; give it")
+        raise Failure(
+            f"--part {inferred[0]}: a SIZE of -1 is inferred from {world_option}; give it"
+        )
     if not inferred and args.world_size is not None and args.world_size != known:
         added = " + ".join(f"{name}={size}" for name, size in sizes)
         raise Failure(
-            f"--world-size: expected the sum of the --part sizes, {added} = {known}, "
+            f"{world_option}: expected the sum of the --part sizes, {added} = {known}, "
             f"got {args.world_size}"
         )
     try:
         parts = PartsPlan(known if args.world_size is None else args.world_size, sizes)
     except ValueError as ex:
-        text = str(ex).removeprefix("sizes: ").replace("world_size", "--world-size")
+        text = str(ex).removeprefix("sizes: ").replace("world_size", world_option)
         raise Failure(f"--part: {text}") from ex
     layouts = {name: layout for name, _, layout in parsed}
     for name in parts.names:

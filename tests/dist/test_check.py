@@ -278,8 +278,17 @@ def test_a_job_of_two_parts_is_checked_part_by_part_with_a_bridge(tmp_path):
     assert summary["bridge"] == {"ranks": [0, 4], "passed": True}
 
 
-def test_a_bad_part_is_refused_before_any_process_starts():
-    run = check("--part", "trainer=4:tp=3", "--part", "generator=4")
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--part", "trainer=4:tp=3", "--part", "generator=4"], "--part trainer=4:tp=3"),
+        ([*PARTS, "--nproc", "6"], "--nproc: expected the sum of the --part sizes"),
+        (["--part", "trainer=4", "--part", "generator=-1"], "inferred from --nproc"),
+        ([*PARTS, "--tp", "2"], "--tp: not with --part"),
+    ],
+)
+def test_a_bad_part_is_refused_before_any_process_starts(args, said):
+    run = check(*args)
     assert run.returncode == 2, run.output
-    assert "--part trainer=4:tp=3" in run.output
+    assert said in run.output
     assert "starting" not in run.output

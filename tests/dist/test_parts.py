@@ -54,7 +54,7 @@ def test_a_bridge_broadcasts_from_rank_0_to_the_rollout_part(results):
         assert results[me]["bridged_after_close"] == (7.0 if joined else 0.0)
 
 
-def test_bad_parts_and_bridges_are_refused_on_every_process_before_waiting(results):
+def test_bad_parts_and_bridges_are_refused_on_every_process_naming_the_argument(results):
     for me in range(WORLD):
         got = results[me]
         assert "sizes" in got["bad_sizes"] and "8" in got["bad_sizes"], got["bad_sizes"]

@@ -64,6 +64,7 @@ def test_placement_asks_for_whole_hosts_per_part():
         ({"trainer": 4, "tp": 4}, "tp"),
         ({"trainer": 4, "root": 4}, "root"),
         ({"trainer": 0, "rollout": 8}, "trainer"),
+        ({"trainer": 4, "rollout": 4, "optimizer": 0}, "optimizer"),
     ],
 )
 def test_bad_parts_are_refused_naming_the_argument(sizes, said):
@@ -77,14 +78,21 @@ def test_bad_parts_are_refused_naming_the_argument(sizes, said):
         ({"trainer": [0], "rollout": [3]}, "rollout"),
         ({"critic": [0]}, "critic"),
         ({"trainer": [0, 0]}, "trainer"),
+        ({"trainer": 0}, "trainer: expected"),
     ],
 )
 def test_bad_bridges_are_refused_naming_the_argument(ranks, said):
     parts = gm.create_parts(simulated(0), trainer=4, rollout=4)
-    with pytest.raises(ValueError, match=said):
+    with pytest.raises((TypeError, ValueError), match=said):
         parts.bridge(**ranks)
 
 
 def test_a_root_that_is_not_a_gang_is_refused():
     with pytest.raises(TypeError, match="root_gang: expected a Gang"):
         gm.create_parts("root", trainer=4)  # type: ignore[arg-type]
+
+
+def test_the_other_arguments_of_create_parts_cannot_name_a_part():
+    for name in ("placement", "timeout", "root_gang"):
+        with pytest.raises(ValueError, match=name):
+            gm.plan.parts.PartsPlan(8, {name: 4, "rollout": 4})

@@ -78,7 +78,7 @@ def test_parts_take_consecutive_ranks_in_the_order_given_and_infer_the_minus_one
     assert repr(plan) == "PartsPlan(10, trainer=6, reward=2, generator=2)"
     with pytest.raises(ValueError, match=r"rank: expected a rank in \[0, 10\), got 10"):
         plan.part_of(10)
-    with pytest.raises(ValueError, match="part: unknown part 'critic'; expected one of trainer"):
+    with pytest.raises(ValueError, match="name: unknown part 'critic'; expected one of trainer"):
         plan.ranks("critic")
 
 
@@ -145,7 +145,7 @@ def test_pairing_along_a_flattened_dimension_goes_by_the_place_in_its_group():
         ({"dim": "dp_sharded"}, "dim: expected one dimension of the mesh"),
         ({"dim": "tensor"}, "dim: expected one dimension of the mesh"),
         ({"dim": "dp_shard"}, "dim: dp_shard has different sizes in the parts paired: trainer 2, generator 1"),
-        ({"dim": "tp", "parts": ["critic"]}, "part: unknown part 'critic'"),
+        ({"dim": "tp", "parts": ["critic"]}, "parts: unknown part 'critic'"),
         ({"dim": "tp", "parts": ["trainer", "trainer"]}, "parts: expected distinct part names"),
         ({"dim": "tp", "where": {"generator": {"tp": 0}}}, "where['generator']: cannot fix tp, the dimension paired"),
         ({"dim": "tp", "parts": ["trainer"], "where": {"generator": {}}}, "where: part generator is not paired"),
