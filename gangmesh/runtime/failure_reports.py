@@ -191,7 +191,10 @@ class Channel:
             store.append(f"host/{self.host}", json.dumps(record) + "\n")
             store.set(f"rank/{rank}", json.dumps({"host": self.host, "seconds": time.time()}))
 
-        line.send(tell)
+        try:  # connected now, while the job is still setting up, not at its first failure
+            line.call(tell, _REPORT_BOUND)
+        except (RuntimeError, OSError, TimeoutError) as ex:
+            log.debug("the job's failure reports cannot be reached yet: %s", ex)
 
     def report(self, what: str) -> Culprit:
         """Tell the job that this process breaks: ``what`` happened to it (bounded).
