@@ -12,8 +12,8 @@ import torch
 from typing_extensions import Unpack
 
 from gangmesh.assembly import mesh_build
+from gangmesh.assembly.agreement import LayoutAgreement
 from gangmesh.assembly.gangs import Gangs
-from gangmesh.assembly.rendezvous import LayoutAgreement
 from gangmesh.assembly.roots import check_root
 from gangmesh.plan._checks import check_positive, check_timeout
 from gangmesh.plan.cluster import Site

@@ -17,7 +17,7 @@ from typing import Any, final
 import torch.distributed as dist
 from typing_extensions import override
 
-from gangmesh.assembly.rendezvous import Agreement
+from gangmesh.assembly.agreement import Agreement
 from gangmesh.assembly.roots import check_root, mark_part_root
 from gangmesh.plan._checks import check_timeout
 from gangmesh.plan.cluster import Site

@@ -23,17 +23,16 @@ import socket
 import time
 import weakref
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.plan.layout import Layout
 from gangmesh.runtime import _c10d
 from gangmesh.runtime.environment import LaunchEnvironment
-from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
+from gangmesh.runtime.gang import GangError
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -48,8 +47,12 @@ _meetings: tuple[object, Counter[str]] = (None, Counter())
 """The store of the meetings counted, and how many of each topic this process held on it."""
 
 
-def job_store(env: LaunchEnvironment, timeout: timedelta) -> Store:
-    """The store this setup of the job meets in (see the module docstring).
+def job_store(
+    env: LaunchEnvironment, timeout: timedelta, arrive: Callable[[Store], object]
+) -> Store:
+    """The store this setup of the job meets in (see the module docstring). ``arrive(store)``
+    leaves this process's requests in it as soon as the setup is known: rank 0 then still
+    announces the setup until every process took it, and is not late to their meeting.
 
     :raises GangError: the store does not answer within ``timeout``.
     """
@@ -59,27 +62,30 @@ def job_store(env: LaunchEnvironment, timeout: timedelta) -> Store:
     base = _connections.get(key)
     if base is None:
         base = _connections[key] = _connect(env, timeout)
+    where = f"the job's store at {env.master_addr}:{env.master_port}"
     try:
-        if env.rank == 0:
-            setup = _announce_setup(base, env, deadline)
-        else:
-            setup = _take_setup(base, env, deadline)
+        first = env.rank == 0
+        setup: int = base.add("gangmesh/setups", 1) if first else _take_setup(base, deadline)
     except (RuntimeError, ConnectionError) as ex:
         raise GangError(
-            f"rank {env.rank}: no setup number from rank 0 within the timeout through the "
-            f"job's store at {env.master_addr}:{env.master_port} ({ex}); rank 0 is gone or "
-            "did not start setup_root_gang"
+            f"rank {env.rank}: no setup number from rank 0 within the timeout through {where} "
+            f"({ex}); rank 0 is gone or did not start setup_root_gang"
         ) from ex
     log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
     store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]
     _job = (store, env, None)
+    arrive(store)
+    if first:
+        try:
+            _announce_setup(base, env, setup, deadline)
+        except (RuntimeError, ConnectionError) as ex:
+            raise GangError(f"rank 0: {where} does not answer ({ex})") from ex
     return store
 
 
-def _announce_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int:
-    """Rank 0: draw a new setup number and announce it until every process took it (or
-    the deadline passed: the meeting that follows names who did not come)."""
-    setup: int = base.add("gangmesh/setups", 1)
+def _announce_setup(base: Store, env: LaunchEnvironment, setup: int, deadline: float) -> None:
+    """Rank 0: announce the new setup number until every process took it (or the deadline
+    passed: the meeting names who did not come)."""
     taken = f"gangmesh/setup{setup}/taken"
     pause = 0.002
     while base.add(taken, 0) < env.world_size - 1 and time.monotonic() < deadline:
@@ -89,10 +95,9 @@ def _announce_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int
         # read later answers out of step.
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(pause * 2, 0.2)
-    return setup
 
 
-def _take_setup(base: Store, env: LaunchEnvironment, deadline: float) -> int:
+def _take_setup(base: Store, deadline: float) -> int:
     """Another rank: the setup number of the first announcement after this call asked."""
     after: int = base.add("gangmesh/announcements", 0)
     announcement = f"gangmesh/announcement{after + 1}"
@@ -185,13 +190,15 @@ def meet(
     timeout: timedelta,
     *,
     wait: bool = True,
+    arrived: bool = False,
     left: timedelta | None = None,
     members: Sequence[int] | None = None,
 ) -> dict[int, dict[str, Any]] | None:
     """Every process of the job (of a gang: ``rank`` and ``world_size`` are its) calls it
     with what it asks for: None if they all asked the same, else rank -> request. With
     ``wait=False`` this process only leaves its request (a process about to fail still shows
-    the others what it asked for); ``left`` is what remains of ``timeout`` when part of it
+    the others what it asked for), and with ``arrived=True`` it only waits for the others,
+    having left the same request before; ``left`` is what remains of ``timeout`` when part of it
     was spent before (default: all of it); ``members`` are the global ranks of a gang's
     processes, by gang rank, which messages name (default: the job's, ``rank`` itself).
 
@@ -204,11 +211,12 @@ def meet(
     digest = hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:16]
     named = list(range(world_size)) if members is None else list(members)
     try:
-        store.set(f"{prefix}{rank}", text)
-        store.set(f"host/{named[rank]}", socket.gethostname())
-        store.add(f"{prefix}same/{digest}", 1)
-        if store.add(f"{prefix}arrived", 1) == world_size:
-            store.set(f"{prefix}all", "1")
+        if not arrived:
+            store.set(f"{prefix}{rank}", text)
+            store.set(f"host/{named[rank]}", socket.gethostname())
+            store.add(f"{prefix}same/{digest}", 1)
+            if store.add(f"{prefix}arrived", 1) == world_size:
+                store.set(f"{prefix}all", "1")
         if not wait:
             return None
         try:
@@ -278,118 +286,3 @@ def next_topic(name: str) -> str:
     count = counts[name]
     counts[name] += 1
     return f"{name}#{count}"
-
-
-def disagreement(requests: dict[int, dict[str, Any]]) -> str:
-    """Which ranks asked for what, most common request first."""
-    by_request: dict[str, list[int]] = {}
-    for rank, request in requests.items():
-        text = ", ".join(f"{key}={value}" for key, value in request.items() if value is not None)
-        by_request.setdefault(text, []).append(rank)
-    parts = [
-        f"ranks {_ranks_text(ranks)} asked for {text}"
-        for text, ranks in sorted(by_request.items(), key=lambda item: -len(item[1]))
-    ]
-    return "the processes asked for different things: " + "; ".join(parts)
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return str(ranks) if len(ranks) <= 8 else f"{ranks[:7]} ... ({len(ranks)} ranks)"
-
-
-class Agreement:
-    """Checks that every process of a gang asked ``what`` for the same ``request``.
-
-    One exchange through the job's store: each process leaves its request and waits
-    until all did. Processes that asked for something else are named (by global rank)
-    within seconds; processes that never come are named when the timeout expires. The
-    gangs of disjoint processes meet apart.
-
-    :param root: the gang whose processes must agree.
-    :param what: the call agreed on, as messages name it.
-    :param request: what this process asks for (JSON-able values, or timedeltas).
-    """
-
-    def __init__(self, root: Gang, what: str, request: Mapping[str, Any]) -> None:
-        self._what = what
-        self._root = root if _meets(root) else None
-        self._request = {k: _jsonable(v) for k, v in request.items()}
-        self._members: list[int] = []
-        self._topic = ""
-        if self._root is not None:  # a root's group numbers its members as the gang does
-            self._members = dist.get_process_group_ranks(self._root.as_process_group())
-            whole = len(self._members) == dist.get_world_size()
-            self._topic = next_topic(what if whole else f"{what}@{_ranks_key(self._members)}")
-
-    def leave_request(self) -> None:
-        """Leave this request without waiting (this process is about to raise)."""
-        if self._root is not None:
-            meet(default_group_store(), self._topic, self._root.rank, self._root.size,
-                 self._request, DEFAULT_TIMEOUT, wait=False, members=self._members)  # fmt: skip
-
-    def wait(self, timeout: timedelta) -> None:
-        """Wait for every process; ValueError naming who asked for what if they differ."""
-        if self._root is None:
-            return
-        root = self._root
-        requests = meet(
-            default_group_store(), self._topic, root.rank, root.size, self._request, timeout,
-            members=self._members,
-        )  # fmt: skip
-        if requests is not None:
-            by_rank = {self._members[r]: request for r, request in requests.items()}
-            raise ValueError(f"{self._what}: {disagreement(by_rank)}")
-
-
-class LayoutAgreement(Agreement):
-    """Checks that every process of the root gang asked ``create_gangs`` for the same layout.
-
-    :param root: the gang of every process (of the job, or of one part of it).
-    :param layout: the layout asked for; given as keywords, it is compared as its
-        :class:`Layout` when it is one (so equal layouts spelled differently agree),
-        else as given.
-    :param others: the other keywords to agree on (the timeout, the placement).
-    """
-
-    def __init__(self, root: Gang, layout: Layout | Mapping[str, Any], **others: Any) -> None:
-        super().__init__(root, "create_gangs", {**_normalized(layout), **others})
-
-
-def _ranks_key(ranks: list[int]) -> str:
-    """A short name for a set of global ranks, the same on every process."""
-    text = ",".join(map(str, ranks)).encode()
-    return hashlib.sha1(text, usedforsecurity=False).hexdigest()[:12]
-
-
-def _meets(root: Gang) -> bool:
-    """Whether the root's processes are real and several (simulated ranks have no peers)."""
-    return (
-        root.supports_process_group
-        and root.size > 1
-        and dist.get_backend(root.as_process_group()) != "fake"
-    )
-
-
-def _normalized(request: Layout | Mapping[str, Any]) -> dict[str, Any]:
-    """The layout's keywords (then the other keywords), or the request as given where its
-    layout is not one (the process asking for it is about to raise)."""
-    if isinstance(request, Layout):
-        return request.keywords()
-    layout = {k: v for k, v in request.items() if k in _LAYOUT_KEYWORDS}
-    try:
-        keywords = Layout(**layout).keywords()
-    except (TypeError, ValueError):
-        return dict(request)
-    return {**keywords, **{k: v for k, v in request.items() if k not in _LAYOUT_KEYWORDS}}
-
-
-_LAYOUT_KEYWORDS = frozenset(Layout.__dataclass_fields__)
-"""The keywords of a layout: its sizes and order."""
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value))
-    return value if isinstance(value, (int, float, str, type(None))) else repr(value)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from gangmesh.assembly.rendezvous import disagreement, job_store, meet, started_with
+from gangmesh.assembly.agreement import disagreement
+from gangmesh.assembly.rendezvous import job_store, meet, started_with
 from gangmesh.plan._checks import InvalidTypeError, check_timeout
 from gangmesh.runtime.default_group import backend_for, default_device
 from gangmesh.runtime.environment import LaunchEnvironment, read_launch_environment
@@ -71,10 +73,13 @@ def setup_root_gang(
     else:
         log.info("Starting rank %d of %d (%s)", env.rank, env.world_size, env.launcher)
         deadline = time.monotonic() + timeout.total_seconds()
-        store, rank, world_size = job_store(env, timeout), env.rank, env.world_size
+        rank, world_size = env.rank, env.world_size
         request = {"backend": backend, "timeout_s": timeout.total_seconds()}
+        meeting = partial(meet, topic="setup_root_gang", rank=rank, world_size=world_size,
+                          request=request, timeout=timeout)  # fmt: skip
+        store = job_store(env, timeout, partial(meeting, wait=False))
         left = timedelta(seconds=max(0.001, deadline - time.monotonic()))
-        differing = meet(store, "setup_root_gang", rank, world_size, request, timeout, left=left)
+        differing = meeting(store, arrived=True, left=left)
         if differing is not None:
             raise ValueError(f"setup_root_gang: {disagreement(differing)}")
     root = ProcessGroupGang.create_default_process_group(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gangmesh.testing.forkserver import ForkServer, Job
+from gangmesh.testing.hostbed import Host
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +102,21 @@ def reserved_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
+_HOST_PORTS = itertools.count(29500)
+"""Store ports of the jobs run on a host of a bed (``host=``): below the ephemeral range
+(32768 on), so that no outgoing connection there holds one, and each used once."""
+
+
+@contextlib.contextmanager
+def store_port(host: Host | None) -> Iterator[int]:
+    """A port for the store of a job on ``host``, or on this machine's loopback (None)."""
+    if host is None:
+        with reserved_port() as port:
+            yield port
+    else:
+        yield next(_HOST_PORTS)
+
+
 def run_command(cmd: list[str], *, timeout: float, env: dict[str, str] | None = None) -> Run:
     """Run ``cmd`` in its own session; on timeout kill the whole session."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
@@ -168,17 +185,23 @@ def _kill_session(pid: int) -> None:
 
 
 def slurm_like(
-    script: str, ntasks: int, *args: str, timeout: float = 120, ranks: list[int] | None = None
+    script: str,
+    ntasks: int,
+    *args: str,
+    timeout: float = 120,
+    ranks: list[int] | None = None,
+    host: Host | None = None,
 ) -> Run:
     """Start ``ntasks`` processes (or only ``ranks`` of them) with the variables srun sets
-    (one node), no torchrun."""
-    with reserved_port() as port:
+    (one node), no torchrun; on ``host`` where given."""
+    with store_port(host) as port:
         return processes(
             script,
             ntasks,
             *args,
             timeout=timeout,
             ranks=ranks,
+            host=host,
             env_of=lambda rank: {
                 "SLURM_PROCID": str(rank),
                 "SLURM_NTASKS": str(ntasks),
@@ -191,15 +214,18 @@ def slurm_like(
         )
 
 
-def bare_processes(script: str, nproc: int, *args: str, timeout: float = 120) -> Run:
+def bare_processes(
+    script: str, nproc: int, *args: str, timeout: float = 120, host: Host | None = None
+) -> Run:
     """Start ``nproc`` processes with torchrun's variables but no agent, so that one
-    process's death does not make a launcher kill the others."""
-    with reserved_port() as port:
+    process's death does not make a launcher kill the others; on ``host`` where given."""
+    with store_port(host) as port:
         return processes(
             script,
             nproc,
             *args,
             timeout=timeout,
+            host=host,
             env_of=lambda rank: {
                 "RANK": str(rank),
                 "WORLD_SIZE": str(nproc),
@@ -275,11 +301,12 @@ def processes(
     shared_output: bool = False,
     path0: str | None = None,
     finalize: bool = False,
+    host: Host | None = None,
 ) -> Run:
     """Run ``count`` copies of a worker script (or only ``ranks`` of them), each forked in a
-    session of its own, all bounded by ``timeout`` and killed afterwards. The return code
-    is the one farthest from 0. The output is each process's in turn, or, with
-    ``shared_output``, one stream all of them wrote to."""
+    session of its own (into ``host``'s namespaces where given), all bounded by ``timeout``
+    and killed afterwards. The return code is the one farthest from 0. The output is each
+    process's in turn, or, with ``shared_output``, one stream all of them wrote to."""
     started = list(range(count) if ranks is None else ranks)
     clean = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     with tempfile.TemporaryDirectory(prefix="gangmesh-job-") as folder:
@@ -295,6 +322,7 @@ def processes(
                 output=str(log),
                 path0=path0,
                 finalize=finalize,
+                enter=[] if host is None else host.namespaces(),
             )
             for rank, log in zip(started, logs, strict=True)
         ]

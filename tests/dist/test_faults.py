@@ -18,12 +18,20 @@ MODES = ("absent", "sigkill", "monitored", "monitored_mesh")
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory):
+def launched(tmp_path_factory, quiet_host):
     """Every mode's job, launched at the same time: most of each is waiting out a timeout."""
     folder = tmp_path_factory.mktemp("faults")
     with ThreadPoolExecutor(len(MODES)) as pool:
         runs = {
-            mode: pool.submit(bare_processes, "faults.py", 4, str(folder / mode), mode, timeout=120)
+            mode: pool.submit(
+                bare_processes,
+                "faults.py",
+                4,
+                str(folder / mode),
+                mode,
+                timeout=120,
+                host=quiet_host,
+            )
             for mode in MODES
         }
     return {mode: (run.result(), folder / mode) for mode, run in runs.items()}

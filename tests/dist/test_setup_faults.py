@@ -17,23 +17,29 @@ WAITED_OUT = TIMEOUT_S - 0.5
 MODES = ("mismatch", "invalid", "absent", "absent0", "again", "away3", "away0")
 
 
-def lonely(out):
+def lonely(out, host):
     # Rank 1 of 2 alone under SLURM's variables: rank 0, which would serve the store, never starts.
-    return slurm_like("setup_faults.py", 2, str(out), "lonely", timeout=60, ranks=[1])
+    return slurm_like("setup_faults.py", 2, str(out), "lonely", timeout=60, ranks=[1], host=host)
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory):
+def launched(tmp_path_factory, quiet_host):
     """Every mode's job, launched at the same time: several wait out a timeout."""
     folder = tmp_path_factory.mktemp("setup_faults")
     with ThreadPoolExecutor(len(MODES) + 1) as pool:
         runs = {
             mode: pool.submit(
-                bare_processes, "setup_faults.py", 4, str(folder / mode), mode, timeout=120
+                bare_processes,
+                "setup_faults.py",
+                4,
+                str(folder / mode),
+                mode,
+                timeout=120,
+                host=quiet_host,
             )
             for mode in MODES
         }
-        runs["lonely"] = pool.submit(lonely, folder / "lonely")
+        runs["lonely"] = pool.submit(lonely, folder / "lonely", quiet_host)
     return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
 
 

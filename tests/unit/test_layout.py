@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gangmesh.assembly.rendezvous import _normalized
+from gangmesh.assembly.agreement import _normalized
 from gangmesh.plan.dims import DENSE_DIMS
 from gangmesh.plan.layout import Layout, parse_order
 from gangmesh.plan.topology import MeshTopology

@@ -24,9 +24,10 @@ def join_job(timeout: timedelta) -> None:
     while a peer is still connecting to it.)
 
     torch looks up the host name of every store connection's address (reverse DNS), on both
-    ends, the server's lookups one after another on its one thread; a resolver that drops
-    queries, as a busy one does when some 40 processes start at once, holds each for its
-    retry time (glibc: 5 s). Those seconds belong to starting the job, not to the fault.
+    ends, the server's lookups one after another on its one thread; a name server that drops
+    a query holds the lookup for its retry time (glibc: 5 s). Those seconds belong to
+    starting the job, not to the fault. (On the tests' quiet host no lookup waits; see
+    tests/dist/conftest.py. Elsewhere this keeps them out of the fault's time.)
     """
     import gangmesh as gm
 

@@ -43,8 +43,10 @@ def lonely() -> None:
 
 
 def stays_away(away: int) -> None:
-    """Every rank but ``away`` sets up again; they meet afterwards through a plain store
-    client (rank 0's process serves the store, so it must outlive the others' setup). The
+    """Every rank but ``away`` sets up again (rank 0 last: it must come to the others'
+    meeting in time although it spends its timeout announcing the setup to ``away``); they
+    meet afterwards through a plain store client (rank 0's process serves the store, so it
+    must outlive the others' setup). The
     clients connect during the first setup, as join_job does, so that the server's lookups
     of their addresses fall in the long timeout."""
     root = gm.setup_root_gang(timeout=LONG)
@@ -55,6 +57,11 @@ def stays_away(away: int) -> None:
     rank = int(os.environ["RANK"])
     result: dict[str, object] = {"mode": f"away{away}"}
     if rank != away:
+        if away != 0:  # rank 0 starts last, so the others' timeouts end before its own does
+            if rank == 0:
+                meeting.wait(["test/started"])
+            elif meeting.add("test/starting", 1) == 2:
+                meeting.set("test/started", "1")
         started = time.time()
         try:
             gm.setup_root_gang(timeout=SHORT)
