@@ -87,7 +87,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def reserved_port() -> Iterator[int]:
-    """A free port on 127.0.0.1, held until the block ends for the store rank 0 serves.
+    """A free port on 127.0.0.1, held until the block ends for the store rank 0 (or
+    torchrun's agent) serves.
 
     A port from ``free_port`` is free again until rank 0 binds it, seconds later, and
     another job's ``free_port`` may pick it meanwhile: that job's rank 0 then cannot serve,
@@ -148,22 +149,23 @@ def torchrun(
     options: tuple[str, ...] = (),
 ) -> Run:
     """Run ``script`` under torchrun with ``nproc`` local processes on 127.0.0.1 (and
-    torchrun's ``options``)."""
+    torchrun's ``options``); the agent's store port is held for the run (``reserved_port``)."""
     path = Path(script)
     if not path.is_absolute():
         path = WORKERS / path
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        *options,
-        str(path),
-        *args,
-    ]
-    return run_command(cmd, timeout=timeout, env=env)
+    with reserved_port() as port:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            *options,
+            str(path),
+            *args,
+        ]
+        return run_command(cmd, timeout=timeout, env=env)
 
 
 def every_rank_results(

@@ -97,6 +97,7 @@ def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_br
 def test_torchrun_names_the_rank_that_broke_as_the_root_cause(tmp_path, fault):
     run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150)
     assert run.returncode != 0, run.output
+    assert "Root Cause (first observed failure):" in run.output, run.output
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
     assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
     if fault == "raise":
