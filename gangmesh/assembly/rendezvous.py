@@ -67,10 +67,12 @@ def job_store(
         first = env.rank == 0
         setup: int = base.add("gangmesh/setups", 1) if first else _take_setup(base, deadline)
     except (RuntimeError, ConnectionError) as ex:
-        raise GangError(
+        error = GangError(
             f"rank {env.rank}: no setup number from rank 0 within the timeout through {where} "
             f"({ex}); rank 0 is gone or did not start setup_root_gang"
-        ) from ex
+        )
+        error.culprits = (0,)
+        raise error from ex
     log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
     store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]
     _job = (store, env, None)
@@ -222,7 +224,10 @@ def meet(
         try:
             store.wait([f"{prefix}all"], timeout if left is None else left)
         except RuntimeError as ex:
-            raise GangError(_absentees(store, prefix, _label(topic), named, timeout)) from ex
+            missing = [m for r, m in enumerate(named) if not store.check([f"{prefix}{r}"])]
+            error = GangError(_absentees(store, _label(topic), missing, timeout))
+            error.culprits = tuple(missing)
+            raise error from ex
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
         texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
@@ -240,11 +245,9 @@ def _label(topic: str) -> str:
     return topic.partition("#")[0].partition("@")[0]
 
 
-def _absentees(
-    store: Store, prefix: str, topic: str, members: list[int], timeout: timedelta
-) -> str:
-    """Who did not arrive at a meeting of ``members`` (global ranks, by rank in the meeting)."""
-    missing = [m for r, m in enumerate(members) if not store.check([f"{prefix}{r}"])]
+def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta) -> str:
+    """Who did not arrive at a meeting: ``missing`` (global ranks), with their hosts where
+    known."""
     named = []
     for r in missing[:16]:
         host = store.get(f"host/{r}").decode() if store.check([f"host/{r}"]) else None

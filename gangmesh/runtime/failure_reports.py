@@ -11,11 +11,12 @@ closed may still be exiting), and names those that did not, with their hosts. Co
 that succeed read and write nothing here.
 
 The reports go through a connection of their own to the job's store (MASTER_ADDR and
-MASTER_PORT), made in the background when the root gang is made and used by one thread of
-its own, with every wait bounded: where the store's host cannot be reached (this host was
-cut off the network), a report or a reading gives up in seconds and the caller goes on
-without it; the connection torch's groups use is never held. Entries written before this
-process started belong to an earlier attempt of the job and are passed over.
+MASTER_PORT), made when the root gang is made and used by one thread of its own
+(:mod:`gangmesh.runtime.store_line`), with every wait bounded: where the store's host
+cannot be reached (this host was cut off the network), a report or a reading gives up in
+seconds and the caller goes on without it; the connection torch's groups use is never
+held. Entries written before this process started belong to an earlier attempt of the job
+and are passed over.
 """
 
 from __future__ import annotations
@@ -23,20 +24,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import socket
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-import torch.distributed as dist
 from typing_extensions import override
 
-from gangmesh.runtime import peer_state
+from gangmesh.runtime import error_files, peer_state
+from gangmesh.runtime.store_line import Line, end_all, line_to
 
 log = logging.getLogger("gangmesh")
 
@@ -45,13 +42,17 @@ _WAIT_FOR_PEERS = 3.0
 where nothing else tells which rank broke."""
 _POLL = 0.02
 """Seconds between two looks at the reports and at /proc during that wait."""
-_READING_BOUND = _WAIT_FOR_PEERS + 1.5
+_PEERS_FINDINGS = 0.5
+"""Seconds a survivor that found no culprit, once every member of its gang has reported the
+failure too, still looks for what they found (a culprit they are naming, or one whose end
+it saw midway: neither stopped nor ended yet)."""
+_READING_BOUND = _WAIT_FOR_PEERS + _PEERS_FINDINGS + 1.0
 """Seconds a survivor spends on the reports in all, the wait for its peers included."""
 _REPORT_BOUND = 2.0
 """Seconds a dying process spends on its report."""
+_RANK_0_BOUND = 10.0
+"""Seconds the reports' thread waits, at setup, for rank 0 to say where it runs."""
 _PREFIX = "gangmesh/failures"
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Culprit:
     what: str
     seconds: float
     """When it broke (seconds since the epoch; the clock of the host that saw it)."""
+    error_file: str = field(default="", compare=False)
+    """Its torchelastic error file, where a survivor on its host may write in its name."""
 
     @override
     def __str__(self) -> str:
@@ -99,72 +102,6 @@ class Explanation:
         return text
 
 
-class _Line:
-    """A store client of its own, used by one daemon thread; every call bounded.
-
-    A call that does not end in time is left to its thread (which the process does not
-    wait for at exit); later calls queue behind it and give up in their turn.
-    """
-
-    def __init__(self, connect: Callable[[], Any]) -> None:
-        self._calls: queue.SimpleQueue[tuple[Callable[[Any], Any], Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._connect = connect
-        self._thread = threading.Thread(
-            target=self._serve, name="gangmesh-failure-reports", daemon=True
-        )
-        self._thread.start()
-
-    def _serve(self) -> None:
-        store = None
-        while True:
-            item = self._calls.get()
-            if item is None:
-                return
-            call, done = item
-            try:
-                if store is None:
-                    store = self._connect()
-                done.set_result(call(store))
-            except Exception as ex:  # handed to the caller
-                done.set_exception(ex)
-
-    def call(self, work: Callable[[Any], T], bound: float) -> T:
-        """``work(store)`` on the thread; TimeoutError after ``bound`` seconds."""
-        done: Future[T] = Future()
-        self._calls.put((work, done))
-        return done.result(timeout=bound)
-
-    def send(self, work: Callable[[Any], Any]) -> None:
-        """``work(store)`` on the thread, without waiting for it."""
-        self._calls.put((work, Future()))
-
-    def end(self, bound: float) -> None:
-        """End the thread once its calls are done, waiting up to ``bound`` seconds for it."""
-        self._calls.put(None)
-        self._thread.join(bound)
-
-
-_lines: dict[tuple[str, int], _Line] = {}
-"""One line per store address, kept across setups (a new connection costs the store a
-lookup of this process's address)."""
-
-
-def _line(address: str, port: int, timeout: timedelta) -> _Line:
-    line = _lines.get((address, port))
-    if line is None:
-
-        def connect() -> Any:
-            client = dist.TCPStore(  # type: ignore[attr-defined]
-                address, port, is_master=False, timeout=timeout, wait_for_workers=False
-            )
-            return dist.PrefixStore(_PREFIX, client)  # type: ignore[attr-defined]
-
-        line = _lines[(address, port)] = _Line(connect)
-    return line
-
-
 class Channel:
     """This process's link to the job's failure reports.
 
@@ -173,7 +110,7 @@ class Channel:
     :param world_size: the number of processes of the job.
     """
 
-    def __init__(self, line: _Line, rank: int, world_size: int) -> None:
+    def __init__(self, line: Line, rank: int, world_size: int) -> None:
         self._line = line
         self.rank = rank
         self.world_size = world_size
@@ -185,14 +122,22 @@ class Channel:
             "pid": pid,
             "started": peer_state.start_time(pid),
             "seconds": time.time(),
+            "error_file": error_files.own_path(),
         }
+
+        self._rank_0: dict[str, Any] | None = None
 
         def tell(store: Any) -> None:
             store.append(f"host/{self.host}", json.dumps(record) + "\n")
-            store.set(f"rank/{rank}", json.dumps({"host": self.host, "seconds": time.time()}))
+            store.set(f"rank/{rank}", json.dumps({**record, "host": self.host}))
+
+        def learn_rank_0(store: Any) -> None:
+            store.wait(["rank/0"], timedelta(seconds=_RANK_0_BOUND))
+            self._rank_0 = json.loads(bytes(store.get("rank/0")))
 
         try:  # connected now, while the job is still setting up, not at its first failure
             line.call(tell, _REPORT_BOUND)
+            line.send(learn_rank_0)  # rank 0 may serve the store: if it dies, so do the reports
         except (RuntimeError, OSError, TimeoutError) as ex:
             log.debug("the job's failure reports cannot be reached yet: %s", ex)
 
@@ -229,15 +174,28 @@ class Channel:
         """Marks this process as a survivor of the gang's failure first; where neither the
         reports nor /proc name a culprit at once, looks again until the gang's other members
         have all reported the failure too, for at most ``wait`` seconds."""
-        store.set(f"failed/{global_ranks[gang_rank]}", str(time.time()))
+        me = global_ranks[gang_rank]
+        store.set(f"failed/{me}", str(time.time()))
         others = [r for r in range(len(global_ranks)) if r != gang_rank]
         keys = [f"failed/{global_ranks[r]}" for r in others]
         deadline = time.monotonic() + wait
+        grace: float | None = None
         while True:
-            culprits = self._reported(store) or self._local_fates(store)
+            culprits = (  # what a peer saw first says more than what is left to see now
+                self._reported(store)
+                or self._named_by(store, [global_ranks[r] for r in others])
+                or self._local_fates(store)
+            )
             if culprits:
+                found = [json.dumps(asdict(c)) for c in culprits]
+                store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
                 return Explanation(tuple(culprits))
-            if not keys or self._all_current(store, keys) or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if not keys or now >= deadline:
+                break
+            if grace is None and self._all_current(store, keys):
+                grace = now + _PEERS_FINDINGS
+            if grace is not None and now >= grace:
                 break
             time.sleep(_POLL)  # a peer whose connection just closed may still be ending
         pairs = zip(others, keys, strict=True)
@@ -251,6 +209,22 @@ class Channel:
             if host != self.host and all(r in ranks for r, h in hosts.items() if h == host)
         )
         return Explanation((), absent, ranks, absent_hosts, silent)
+
+    def without_store(self) -> Explanation | None:
+        """What /proc says where the store no longer answers: rank 0, where it ended on this
+        host (where no launcher's agent serves the store, rank 0 does, and its end takes the
+        store and the reports with it)."""
+        record = self._rank_0
+        if record is None or record["host"] != self.host or self.rank == 0:
+            return None
+        if float(record["seconds"]) < self._since:  # an earlier attempt's rank 0
+            return None
+        pid = int(record["pid"])
+        fate = peer_state.fate(pid, record.get("started"))
+        if fate is None:
+            return None
+        path = str(record.get("error_file", ""))
+        return Explanation((Culprit(0, self.host, pid, fate, time.time(), path),))
 
     def _current(self, store: Any, key: str) -> bool:
         """Whether ``key`` holds a time of this attempt of the job."""
@@ -280,6 +254,21 @@ class Channel:
             found.setdefault(culprit.rank, culprit)
         return sorted(found.values(), key=lambda c: c.seconds)
 
+    def _named_by(self, store: Any, ranks: list[int]) -> list[Culprit]:
+        """The culprits that the survivors among ``ranks`` named in this attempt."""
+        keys = [f"named/{r}" for r in ranks]
+        found: dict[int, Culprit] = {}
+        for key in keys:
+            if not store.check([key]):
+                continue
+            record = json.loads(bytes(store.get(key)))
+            if float(record["seconds"]) < self._since:
+                continue
+            for text in record["found"]:
+                culprit = Culprit(**json.loads(text))
+                found.setdefault(culprit.rank, culprit)
+        return sorted(found.values(), key=lambda c: c.rank)
+
     def _local_fates(self, store: Any) -> list[Culprit]:
         """The processes of this job on this host that are gone, ended or stopped."""
         culprits: dict[int, Culprit] = {}
@@ -289,7 +278,8 @@ class Channel:
                 continue
             fate = peer_state.fate(pid, entry.get("started"))
             if fate is not None and not self._current(store, f"failed/{rank}"):
-                culprits[rank] = Culprit(rank, self.host, pid, fate, time.time())
+                path = str(entry.get("error_file", ""))
+                culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path)
         return sorted(culprits.values(), key=lambda c: c.rank)
 
     def _hosts(self, store: Any, ranks: list[int]) -> dict[int, str]:
@@ -317,7 +307,7 @@ def open_channel(
     global _channel, _opened_for
     if world_size < 2 or (_channel is not None and _opened_for == id(group)):
         return
-    _channel = Channel(_line(*store, timeout), rank, world_size)
+    _channel = Channel(line_to(*store, timeout, _PREFIX), rank, world_size)
     _opened_for = id(group)
 
 
@@ -333,9 +323,7 @@ def shut_down() -> None:
     share processes); a thread that a store which does not answer holds ends with the
     process."""
     close_channel()
-    for line in _lines.values():
-        line.end(_REPORT_BOUND)
-    _lines.clear()
+    end_all(_REPORT_BOUND)
 
 
 def channel() -> Channel | None:
@@ -343,31 +331,26 @@ def channel() -> Channel | None:
     return _channel
 
 
-def explain(global_ranks: list[int], gang_rank: int, timeout: timedelta) -> Explanation | None:
-    """Who broke a failed collective of a gang of ``global_ranks``; None where nothing is known."""
+def explain(
+    global_ranks: list[int], gang_rank: int, timeout: timedelta, failed_at: float
+) -> Explanation | None:
+    """Who broke a collective of a gang of ``global_ranks`` that failed at ``failed_at``
+    (seconds since the epoch); None where nothing is known. The culprits named on this host
+    get torchelastic error files in their name where they left none, and this process waits
+    for them to end before it ends itself (:mod:`gangmesh.runtime.error_files`)."""
     current = _channel
     if current is None:
         return None
-    global _named_here
     try:
         found = current.explain(global_ranks, gang_rank, timeout)
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
-        return None
-    _named_here = tuple(c.pid for c in found.culprits if c.host == current.host)
+        gone = current.without_store()
+        if gone is None:
+            return None
+        found = gone
+    here = [c for c in found.culprits if c.host == current.host]
+    for culprit in here:
+        error_files.write_for_culprit(culprit.error_file, str(culprit), failed_at)
+    error_files.remember(c.pid for c in here)
     return found
-
-
-_named_here: tuple[int, ...] = ()
-"""The pids of the culprits this process last named on its own host."""
-
-
-def let_culprits_end(bound: float) -> None:
-    """Wait up to ``bound`` seconds for the culprits this process named on its own host to
-    end (a stopped one is not waited for): a launcher that watches both then sees the
-    culprit end first, and names it rather than this process."""
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline and any(
-        peer_state.fate(pid, None) is None for pid in _named_here
-    ):
-        time.sleep(_POLL)  # the culprit's exit is not signalled to this process

@@ -8,6 +8,7 @@ the gang. :class:`~gangmesh.ProcessGroupGang` adds how a gang holds its group.
 from __future__ import annotations
 
 import re
+import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -18,7 +19,7 @@ from torch.distributed import ProcessGroup
 from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError
-from gangmesh.runtime import _backend, _c10d, failure_reports
+from gangmesh.runtime import _backend, _c10d, error_files, failure_reports
 from gangmesh.runtime._validate import Splits, normalized_device
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.runtime.rank_order import RankOrder
@@ -180,8 +181,9 @@ class GroupGang(PlacedGang):
         except RuntimeError as ex:
             self._fail(f"broadcast_objects(source_rank={source_rank})", ex)
 
-    def _absentees(self, error: str) -> str:
-        """Who a failed monitored barrier waited for, in gang and global ranks."""
+    def _absentees(self, error: str) -> tuple[str, tuple[int, ...]]:
+        """Who a failed monitored barrier waited for, in gang and global ranks; and the
+        global ranks it names (none where rank 0 could not say)."""
         seconds = self._timeout.total_seconds()
         found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", error)
         if found:
@@ -189,22 +191,34 @@ class GroupGang(PlacedGang):
             if self._order is not None:
                 ranks = [self._order.from_group[r] for r in ranks]
             members = [self._global_ranks[r] for r in ranks]
-            return f"gang ranks {ranks} (global ranks {members}) did not arrive in {seconds:g} s"
+            text = f"gang ranks {ranks} (global ranks {members}) did not arrive in {seconds:g} s"
+            return text, tuple(members)
         return (
             f"gang rank 0 (global rank {self._global_ranks[0]}) did not confirm it in "
             f"{seconds:g} s: it is gone or stuck, or a rank did not arrive and rank 0 names it"
-        )
+        ), ()
 
     def _closed(self, op: str) -> NoReturn:
         raise GangError(f"{op}: {self.describe()} is closed")
 
-    def _fail(self, op: str, cause: Exception, reason: str | None = None) -> NoReturn:
+    def _fail(
+        self, op: str, cause: Exception, reason: tuple[str, tuple[int, ...]] | None = None
+    ) -> NoReturn:
         """Raise the GangError of failed collective ``op``, naming the rank that broke it
-        where the job's failure reports tell (read here only, after the failure)."""
-        found = failure_reports.explain(self._global_ranks, self._rank, self._timeout)
-        detail = reason or str(cause)
+        where the job's failure reports tell (read here only, after the failure), or where
+        ``reason`` (what a monitored barrier found, and the global ranks it names) does."""
+        failed_at = time.time()
+        found = failure_reports.explain(self._global_ranks, self._rank, self._timeout, failed_at)
+        detail = str(cause) if reason is None else reason[0]
         if found is not None and (found.culprits or (found.absent and reason is None)):
             detail = f"{found} [{detail}]"  # a monitored barrier's own finding stays as it is
         error = GangError(f"{op} failed on {self.describe()}: {detail}")
-        error.culprits = tuple(c.rank for c in found.culprits) if found is not None else ()
+        if found is not None and found.culprits:
+            error.culprits = tuple(c.rank for c in found.culprits)
+        elif reason is not None:
+            error.culprits = reason[1]
+        if error.culprits and error_files.own_path():
+            # dated after the culprits' files, whether or not this process lets it go uncaught
+            text = f"GangError: {error}"
+            error_files.write(error_files.own_path(), text, text, failed_at + 1)
         raise error from cause

@@ -4,31 +4,30 @@ Installed once per process with the failure reports (:mod:`gangmesh.runtime.fail
 chained to the hook that was there. A rank that dies of its own exception reports it to the
 job's store, so that every survivor's GangError names it, and writes torchelastic's error
 file (``TORCHELASTIC_ERROR_FILE``) dated when it died. A survivor that dies of the GangError
-this caused writes its error file dated one second later: torchelastic keeps whole seconds,
-names the earliest failure as the root cause and breaks ties by local rank, so without this
-a survivor of lower rank that failed in the same second would be named instead. Before it
-goes, such a survivor also lets the culprits it named on its host end first (a few seconds
-at most): torchrun counts only the processes that ended before it stops the others.
+this caused writes its error file dated one second later (see
+:mod:`gangmesh.runtime.error_files`). Whichever way a survivor that named culprits on its
+host ends, by this exception or by ``sys.exit`` after catching it, it first lets those
+culprits end (a few seconds at most): torchrun counts only the processes that ended before
+it stops the others.
 """
 
 from __future__ import annotations
 
-import json
+import atexit
 import logging
-import os
 import sys
 import time
 import traceback
 from types import TracebackType
 
-from gangmesh.runtime import failure_reports
+from gangmesh.runtime import error_files, failure_reports
 from gangmesh.runtime.gang import GangError
 
 log = logging.getLogger("gangmesh")
 
 _installed = False
 _CULPRIT_EXIT_BOUND = 3.0
-"""Seconds a survivor dying of a GangError waits for the culprits it named on its host to end."""
+"""Seconds a survivor that ends waits for the culprits it named on its host to end."""
 
 
 def install() -> None:
@@ -46,6 +45,7 @@ def install() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+    atexit.register(error_files.let_culprits_end, _CULPRIT_EXIT_BOUND)
     _installed = True
 
 
@@ -61,27 +61,10 @@ def last_words(value: BaseException, tb: TracebackType | None) -> None:
     if channel is None:
         return
     consequence = isinstance(value, GangError)
-    if consequence:
-        failure_reports.let_culprits_end(_CULPRIT_EXIT_BOUND)
-    else:
+    if not consequence:
         channel.report(f"raised {first_line(value)}")
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    path = error_files.own_path()
     if path:
-        _write_error_file(path, value, tb, time.time() + (1 if consequence else 0))
-
-
-def _write_error_file(
-    path: str, value: BaseException, tb: TracebackType | None, seconds: float
-) -> None:
-    """Write torchelastic's error file as its ErrorHandler does, dated ``seconds``."""
-    data = {
-        "message": {
-            "message": f"{type(value).__name__}: {value}",
-            "extraInfo": {
-                "py_callstack": "".join(traceback.format_exception(type(value), value, tb)),
-                "timestamp": str(int(seconds)),
-            },
-        }
-    }
-    with open(path, "w") as fp:
-        json.dump(data, fp)
+        message = f"{type(value).__name__}: {value}"
+        callstack = "".join(traceback.format_exception(type(value), value, tb))
+        error_files.write(path, message, callstack, time.time() + (1 if consequence else 0))

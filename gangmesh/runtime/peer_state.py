@@ -67,6 +67,12 @@ def fate(pid: int, started: int | None) -> str | None:
     return None
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (by a signal or a debugger)."""
+    fields = _fields(pid)
+    return fields is not None and fields[0] in ("T", "t")
+
+
 def _exit_status(fields: list[str]) -> str:
     """How a zombie ended, from the exit status its stat shows."""
     index = _EXIT_CODE_FIELD - 3

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from gangmesh.testing.forkserver import ForkServer, Job
 from gangmesh.testing.hostbed import Host
+from gangmesh.testing.netns import HOST_KINDS, enter_command
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parents[2]
@@ -147,13 +148,15 @@ def torchrun(
     timeout: float = 180,
     env: dict[str, str] | None = None,
     options: tuple[str, ...] = (),
+    host: Host | None = None,
 ) -> Run:
     """Run ``script`` under torchrun with ``nproc`` local processes on 127.0.0.1 (and
-    torchrun's ``options``); the agent's store port is held for the run (``reserved_port``)."""
+    torchrun's ``options``), on ``host`` where given; the agent's store port is held for the
+    run (``store_port``)."""
     path = Path(script)
     if not path.is_absolute():
         path = WORKERS / path
-    with reserved_port() as port:
+    with store_port(host) as port:
         cmd = [
             sys.executable,
             "-m",
@@ -165,6 +168,8 @@ def torchrun(
             str(path),
             *args,
         ]
+        if host is not None:
+            cmd = enter_command(host.holder, HOST_KINDS, cmd)
         return run_command(cmd, timeout=timeout, env=env)
 
 

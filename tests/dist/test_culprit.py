@@ -84,6 +84,7 @@ def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_br
     # What docs/howto.rst tells users: with --monitor-interval above the timeout and 5 s,
     # torchrun leaves every survivor the time to raise before it stops them (one waiting on
     # another survivor, not on rank 3, learns of the failure at its timeout).
+    # torchrun notices rank 3's end after the survivors': its summary still names rank 3.
     run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150,
                    options=("--monitor-interval=30",))  # fmt: skip
     assert run.returncode != 0, run.output
@@ -91,6 +92,8 @@ def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_br
     assert sorted(found) == [0, 1, 2, 3], run.output
     for rank in (0, 1, 2):
         assert_names_rank_3(found, rank, fault)
+    root_cause = run.output.split("Root Cause (first observed failure):", 1)[-1]
+    assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
 
 
 @pytest.mark.parametrize("fault", ["raise", "sigkill"])

@@ -81,11 +81,13 @@ def test_a_monitored_barrier_names_every_absent_rank(run_fault):
     error = results[0]["error"]
     assert error.startswith("barrier failed on gang 'root' (size 4, rank 0, global rank 0)")
     assert "gang ranks [2, 3] (global ranks [2, 3]) did not arrive in 5 s" in error
+    assert results[0]["culprits"] == [2, 3]
     assert WAITED_OUT <= results[0]["seconds"] < 20
     assert results[1]["error"].endswith(
         "gang rank 0 (global rank 0) did not confirm it in 5 s: it is gone or stuck, "
         "or a rank did not arrive and rank 0 names it"
     ), "rank 1 arrived but hears of the failure too"
+    assert results[1]["culprits"] == [], "rank 1 cannot tell who"
 
 
 def test_a_monitored_barrier_on_a_mesh_gang_names_the_absent_rank(run_fault):
@@ -94,5 +96,6 @@ def test_a_monitored_barrier_on_a_mesh_gang_names_the_absent_rank(run_fault):
     error = results[2]["error"]
     assert error.startswith("barrier failed on gang 'tp' (size 2, rank 0, global rank 2)")
     assert error.endswith("gang ranks [1] (global ranks [3]) did not arrive in 5 s")
+    assert results[2]["culprits"] == [3]
     assert WAITED_OUT <= results[2]["seconds"] < 20
     assert "error" not in results[0] and "error" not in results[1]

@@ -89,6 +89,7 @@ def test_a_rank_that_never_arrives_is_named_when_the_timeout_expires(run_setup_f
         assert got["error"].startswith(f"create_gangs: rank {absent} on ")
         assert "did not arrive within 5 s" in got["error"]
         assert ("rank 0 is among them" in got["error"]) == (absent == 0)
+        assert got["culprits"] == [absent]
         assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
 
 
@@ -99,6 +100,7 @@ def test_a_rank_that_never_sets_up_is_named_when_the_timeout_expires(run_setup_f
         got = results[me]
         assert got["kind"] == "GangError"
         assert got["error"].startswith("setup_root_gang: rank 3 did not arrive within 5 s"), got
+        assert got["culprits"] == [3], got
         assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
 
 
@@ -110,6 +112,7 @@ def test_a_rank_0_that_never_sets_up_is_named_by_every_other_rank_in_time(run_se
         assert got["kind"] == "GangError"
         assert got["error"].startswith(f"rank {me}: no setup number from rank 0 within the "), got
         assert "rank 0 is gone or did not start setup_root_gang" in got["error"]
+        assert got["culprits"] == [0], got
         assert WAITED_OUT <= got["seconds"] < TIMEOUT_S + 5
 
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from gangmesh.runtime import failure_reports
 from gangmesh.runtime.failure_reports import Channel
+from gangmesh.runtime.store_line import line_to
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def report_entry(rank: int, what: str, seconds: float) -> str:
 
 def test_a_report_of_an_earlier_attempt_is_passed_over_and_one_of_this_attempt_named():
     server = served_store()
-    line = failure_reports._line("127.0.0.1", server.port, timedelta(seconds=30))
+    line = line_to("127.0.0.1", server.port, timedelta(seconds=30), "gangmesh/failures")
     channel = Channel(line, 0, 2)
     # A rank of an earlier attempt (before this process started) reported itself.
     server.append("gangmesh/failures/reports", report_entry(1, "raised OldError: gone", 1.0))
@@ -52,7 +53,7 @@ def test_a_report_of_an_earlier_attempt_is_passed_over_and_one_of_this_attempt_n
 
 def test_the_absent_ranks_host_is_named_and_called_silent_when_none_of_its_ranks_answers():
     server = served_store()
-    line = failure_reports._line("127.0.0.1", server.port, timedelta(seconds=30))
+    line = line_to("127.0.0.1", server.port, timedelta(seconds=30), "gangmesh/failures")
     channel = Channel(line, 0, 4)
     now = time.time()
     for rank, host in enumerate([channel.host, channel.host, "far", "far"]):
@@ -73,6 +74,6 @@ def test_a_store_that_does_not_answer_leaves_the_survivor_its_plain_error():
         port = mute.getsockname()[1]
         failure_reports.open_channel(object(), ("127.0.0.1", port), 0, 2, timedelta(seconds=3))
         assert failure_reports.channel() is not None
-        assert failure_reports.explain([0, 1], 0, timedelta(seconds=0.5)) is None
+        assert failure_reports.explain([0, 1], 0, timedelta(seconds=0.5), time.time()) is None
     finally:
         mute.close()

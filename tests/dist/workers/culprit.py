@@ -1,17 +1,19 @@
 """A user's training loop on 4 processes (tp = 2, timeout 10 s) in which rank 3 breaks at step 5.
 
-    culprit.py OUT raise|sigkill|sigstop|exit|stuck
+    culprit.py OUT raise|sigkill|sigstop|exit|stuck [catch]
 
 "stuck": rank 3 waits for a signal instead of entering the collective, alive and answering
 nothing (a rank busy elsewhere).
 
 Rank 3 writes when and how it breaks; every other rank writes the GangError it gets, then
-lets it go uncaught, as a user's script would. A stopped rank 3 is woken once every survivor
+lets it go uncaught, as a user's script would, or with "catch" ends with ``sys.exit(1)`` at once,
+as a training loop that logs the error and exits does. A stopped rank 3 is woken once every survivor
 has written its error, so that it ends with the job instead of lingering.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,7 +78,10 @@ def main() -> None:
         if wake and all((out / f"rank{r}.json").exists() for r in range(CULPRIT)):
             # the last survivor to write (each checks after writing) wakes rank 3
             culprit = json.loads((out / f"rank{CULPRIT}.json").read_text())
-            os.kill(culprit["pid"], wake)
+            with contextlib.suppress(ProcessLookupError):  # torchrun may have ended it
+                os.kill(culprit["pid"], wake)
+        if sys.argv[3:] == ["catch"]:
+            sys.exit(1)
         raise
 
 

@@ -60,7 +60,10 @@ def main() -> None:
                 gangs.tp.barrier()
     except gm.GangError as ex:
         result.update(
-            error=str(ex), cause=type(ex.__cause__).__name__, seconds=time.time() - started
+            error=str(ex),
+            cause=type(ex.__cause__).__name__,
+            seconds=time.time() - started,
+            culprits=list(ex.culprits),
         )
         result["errored_at"] = time.time()
         if mode == "sigkill":

@@ -66,7 +66,8 @@ def stays_away(away: int) -> None:
         try:
             gm.setup_root_gang(timeout=SHORT)
         except gm.GangError as ex:
-            result.update(kind=type(ex).__name__, error=str(ex), seconds=time.time() - started)
+            result.update(kind=type(ex).__name__, error=str(ex), seconds=time.time() - started,
+                          culprits=list(getattr(ex, "culprits", ())))  # fmt: skip
         if meeting.add("test/finished", 1) == 3:
             meeting.set("test/all", "1")
     meeting.wait(["test/all"])
@@ -101,7 +102,8 @@ def main() -> None:
             gm.create_gangs(root, tp=2).tp.all_reduce(total, gm.ReduceOperation.SUM)
             result["sum"] = total.item()
     except (ValueError, gm.GangError) as ex:
-        result.update(kind=type(ex).__name__, error=str(ex), seconds=time.time() - started)
+        result.update(kind=type(ex).__name__, error=str(ex), seconds=time.time() - started,
+                          culprits=list(getattr(ex, "culprits", ())))  # fmt: skip
     if mode != "again":
         dist.barrier(group=meeting)
     write_results(me, result)

@@ -1,0 +1,84 @@
+"""A training loop on 4 processes (dp_shard 2 x tp 2) in which one rank breaks at a drawn moment.
+
+    chaos.py OUT VICTIM KIND DELAY ENDING TIMEOUT
+
+VICTIM breaks DELAY seconds after its gangs are made: KIND "raise" raises at its next step
+(an exception of the user's code), "exit" ends the process at once (``os._exit(3)``),
+"sigkill" and "sigstop" are signals sent to itself, the three by a thread of its own at that
+very moment, wherever the main thread is. Every other rank writes the GangError it gets,
+then lets it go uncaught (ENDING "raise") or catches it and ends with ``sys.exit(1)`` at once
+(ENDING "catch"). TIMEOUT is the root gang's timeout in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from common import write_results
+
+import gangmesh as gm
+
+
+def strike(kind: str, rank: int, broke: threading.Event) -> None:
+    """Break this process as ``kind`` says, now (a raise waits for the next step)."""
+    write_results(rank, {"pid": os.getpid(), "broke_at": time.time(), "kind": kind})
+    if kind == "exit":
+        os._exit(3)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "sigstop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    broke.set()
+
+
+def end_stopped(victim: int) -> None:
+    """The last survivor to write its error kills a victim still stopped, as a scheduler
+    ending the job would (each survivor checks after writing)."""
+    out = Path(sys.argv[1])
+    found = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(4)}
+    if all("error" in found[r] for r in found if r != victim):
+        pid = found[victim]["pid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def main() -> None:
+    victim, kind, delay = int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    ending, timeout = sys.argv[5], timedelta(seconds=float(sys.argv[6]))
+    root = gm.setup_root_gang(timeout=timeout)
+    gangs = gm.create_gangs(root, tp=2)
+    me = root.rank
+    broke = threading.Event()
+    if me == victim:
+        threading.Timer(delay, strike, (kind, me, broke)).start()
+    else:
+        write_results(me, {"pid": os.getpid()})
+    try:
+        for step in range(1_000_000):
+            if broke.is_set():
+                raise ValueError(f"step {step}: the loss is NaN")
+            activations = torch.ones(8)
+            gangs.tp.all_reduce(activations, gm.ReduceOperation.SUM)
+            loss = activations.sum().reshape(1)
+            gangs.dp.all_reduce(loss, gm.ReduceOperation.SUM)
+    except gm.GangError as ex:
+        found = {"pid": os.getpid(), "error": str(ex), "culprits": list(ex.culprits)}
+        write_results(me, {**found, "at": time.time()})
+        if kind == "sigstop":
+            end_stopped(victim)
+        if ending == "catch":
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()
