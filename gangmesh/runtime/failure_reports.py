@@ -26,13 +26,12 @@ import logging
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from typing_extensions import override
-
 from gangmesh.runtime import error_files, peer_state
+from gangmesh.runtime.culprits import Culprit, Explanation
 from gangmesh.runtime.store_line import Line, end_all, line_to
 
 log = logging.getLogger("gangmesh")
@@ -50,56 +49,7 @@ _READING_BOUND = _WAIT_FOR_PEERS + _PEERS_FINDINGS + 1.0
 """Seconds a survivor spends on the reports in all, the wait for its peers included."""
 _REPORT_BOUND = 2.0
 """Seconds a dying process spends on its report."""
-_RANK_0_BOUND = 10.0
-"""Seconds the reports' thread waits, at setup, for rank 0 to say where it runs."""
 _PREFIX = "gangmesh/failures"
-
-
-@dataclass(frozen=True)
-class Culprit:
-    """A rank that broke the job, and how."""
-
-    rank: int
-    host: str
-    pid: int
-    what: str
-    seconds: float
-    """When it broke (seconds since the epoch; the clock of the host that saw it)."""
-    error_file: str = field(default="", compare=False)
-    """Its torchelastic error file, where a survivor on its host may write in its name."""
-
-    @override
-    def __str__(self) -> str:
-        return f"global rank {self.rank} on host {self.host} (pid {self.pid}) {self.what}"
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """What a survivor knows about a failed collective."""
-
-    culprits: tuple[Culprit, ...]
-    absent: tuple[int, ...] = ()
-    """Gang ranks that did not report the failure (where no culprit is known)."""
-    absent_global: tuple[int, ...] = ()
-    absent_hosts: tuple[str, ...] = ()
-    """The hosts of the absent ranks, where known."""
-    silent_hosts: tuple[str, ...] = ()
-    """Other hosts of which no member of the gang took part: unreachable or down."""
-
-    @override
-    def __str__(self) -> str:
-        if self.culprits:
-            return "; ".join(map(str, self.culprits))
-        if not self.absent:
-            return ""
-        where = f" on {', '.join(self.absent_hosts)}" if self.absent_hosts else ""
-        text = (
-            f"gang ranks {list(self.absent)} (global ranks {list(self.absent_global)})"
-            f"{where} did not take part and have not said why"
-        )
-        for host in self.silent_hosts:
-            text += f"; host {host} is unreachable or down: none of its ranks in the gang answers"
-        return text
 
 
 class Channel:
@@ -110,10 +60,16 @@ class Channel:
     :param world_size: the number of processes of the job.
     """
 
-    def __init__(self, line: Line, rank: int, world_size: int) -> None:
+    def __init__(self, line: Line, rank: int, world_size: int, serves_store: bool = False) -> None:
         self._line = line
         self.rank = rank
         self.world_size = world_size
+        self.serves_store = serves_store
+        """Whether the store lives in this process (rank 0 where no launcher's agent serves
+        it): then it ends with this process, and the reports with it."""
+        self.took_part = False
+        """Whether this process reported a failure of its own or read the reports."""
+        self._rank_0: dict[str, Any] | None = None
         self.host = socket.gethostname()
         self._since = peer_state.started_at(os.getpid())
         pid = os.getpid()
@@ -125,19 +81,21 @@ class Channel:
             "error_file": error_files.own_path(),
         }
 
-        self._rank_0: dict[str, Any] | None = None
-
         def tell(store: Any) -> None:
             store.append(f"host/{self.host}", json.dumps(record) + "\n")
             store.set(f"rank/{rank}", json.dumps({**record, "host": self.host}))
 
         def learn_rank_0(store: Any) -> None:
-            store.wait(["rank/0"], timedelta(seconds=_RANK_0_BOUND))
-            self._rank_0 = json.loads(bytes(store.get("rank/0")))
+            deadline = time.monotonic() + _REPORT_BOUND  # no store wait: its timeout is loud
+            while not store.check(["rank/0"]) and time.monotonic() < deadline:
+                time.sleep(_POLL)
+            if store.check(["rank/0"]):
+                self._rank_0 = json.loads(bytes(store.get("rank/0")))
 
         try:  # connected now, while the job is still setting up, not at its first failure
             line.call(tell, _REPORT_BOUND)
-            line.send(learn_rank_0)  # rank 0 may serve the store: if it dies, so do the reports
+            if not serves_store:
+                line.send(learn_rank_0)  # the reports end with rank 0 where it serves them
         except (RuntimeError, OSError, TimeoutError) as ex:
             log.debug("the job's failure reports cannot be reached yet: %s", ex)
 
@@ -147,6 +105,7 @@ class Channel:
         :raises TimeoutError: the store did not take it in time.
         :raises RuntimeError: the store cannot be reached.
         """
+        self.took_part = True
         culprit = Culprit(self.rank, self.host, os.getpid(), what, time.time())
         entry = json.dumps(
             {"rank": self.rank, "host": self.host, "pid": culprit.pid, "what": what,
@@ -162,11 +121,44 @@ class Channel:
         :raises TimeoutError: the store did not answer in time.
         :raises RuntimeError: the store cannot be reached.
         """
+        self.took_part = True
         wait = min(_WAIT_FOR_PEERS, timeout.total_seconds())
-        return self._line.call(
-            lambda store: self._explain(store, global_ranks, gang_rank, wait),
-            wait + _READING_BOUND - _WAIT_FOR_PEERS,
-        )
+
+        def explain_and_say_so(store: Any) -> Explanation:
+            found = self._explain(store, global_ranks, gang_rank, wait)
+            store.set(f"explained/{self.rank}", str(time.time()))
+            return found
+
+        return self._line.call(explain_and_say_so, wait + _READING_BOUND - _WAIT_FOR_PEERS)
+
+    def keep_store(self, bound: float) -> None:
+        """Where the store ends with this process: wait, up to ``bound`` seconds, until every
+        other process has read the reports of this failure or has ended on this host."""
+
+        def wait(store: Any) -> None:
+            pids = {int(e["rank"]): e for e in self._entries(store, f"host/{self.host}")}
+            deadline = time.monotonic() + bound
+            while time.monotonic() < deadline and any(
+                not self._current(store, f"explained/{r}")
+                and (r not in pids or peer_state.fate(pids[r]["pid"], pids[r]["started"]) is None)
+                for r in range(self.world_size)
+                if r != self.rank
+            ):
+                time.sleep(_POLL)  # the others' reading is not signalled to this process
+
+        self._line.call(wait, bound + _REPORT_BOUND)
+
+    def without_store(self) -> Explanation | None:
+        """What /proc says where the store no longer answers: rank 0 ended on this host
+        without keeping it (it serves the store where no launcher's agent does)."""
+        record = self._rank_0
+        if record is None or record["host"] != self.host or record["seconds"] < self._since:
+            return None
+        fate = peer_state.fate(int(record["pid"]), record.get("started"))
+        if fate is None:
+            return None
+        path = str(record.get("error_file", ""))
+        return Explanation((Culprit(0, self.host, int(record["pid"]), fate, time.time(), path),))
 
     def _explain(
         self, store: Any, global_ranks: list[int], gang_rank: int, wait: float
@@ -209,22 +201,6 @@ class Channel:
             if host != self.host and all(r in ranks for r, h in hosts.items() if h == host)
         )
         return Explanation((), absent, ranks, absent_hosts, silent)
-
-    def without_store(self) -> Explanation | None:
-        """What /proc says where the store no longer answers: rank 0, where it ended on this
-        host (where no launcher's agent serves the store, rank 0 does, and its end takes the
-        store and the reports with it)."""
-        record = self._rank_0
-        if record is None or record["host"] != self.host or self.rank == 0:
-            return None
-        if float(record["seconds"]) < self._since:  # an earlier attempt's rank 0
-            return None
-        pid = int(record["pid"])
-        fate = peer_state.fate(pid, record.get("started"))
-        if fate is None:
-            return None
-        path = str(record.get("error_file", ""))
-        return Explanation((Culprit(0, self.host, pid, fate, time.time(), path),))
 
     def _current(self, store: Any, key: str) -> bool:
         """Whether ``key`` holds a time of this attempt of the job."""
@@ -300,15 +276,38 @@ new. Not the group itself: a reference would keep its backend and threads alive 
 
 
 def open_channel(
-    group: object, store: tuple[str, int], rank: int, world_size: int, timeout: timedelta
+    group: object,
+    store: tuple[str, int],
+    rank: int,
+    world_size: int,
+    timeout: timedelta,
+    serves_store: bool = False,
 ) -> None:
     """Make this process's reports go to the job's store at ``store`` (address, port), for
-    default group ``group``; a job of one process has no one to tell, nothing is opened."""
-    global _channel, _opened_for
+    default group ``group``; a job of one process has no one to tell, nothing is opened.
+    ``serves_store``: the store lives in this process."""
+    global _channel, _opened_for, _timeout
     if world_size < 2 or (_channel is not None and _opened_for == id(group)):
         return
-    _channel = Channel(line_to(*store, timeout, _PREFIX), rank, world_size)
+    _channel = Channel(line_to(*store, timeout, _PREFIX), rank, world_size, serves_store)
     _opened_for = id(group)
+    _timeout = timeout
+
+
+_timeout = timedelta(0)
+"""The timeout of the job whose reports the channel holds."""
+
+
+def keep_store_for_survivors() -> None:
+    """At exit after a failure, where the store ends with this process: let the others
+    read the reports first (bounded by the job's timeout and the reading's bound)."""
+    current = _channel
+    if current is None or not current.serves_store or not current.took_part:
+        return
+    try:
+        current.keep_store(_timeout.total_seconds() + _READING_BOUND)
+    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
+        log.debug("keeping the store for the others failed: %s", ex)
 
 
 def close_channel() -> None:

@@ -45,8 +45,15 @@ def install() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
-    atexit.register(error_files.let_culprits_end, _CULPRIT_EXIT_BOUND)
+    atexit.register(_at_exit)
     _installed = True
+
+
+def _at_exit() -> None:
+    """Let the culprits named on this host end first; where this process serves the job's
+    store, let the other processes read the reports before it goes."""
+    error_files.let_culprits_end(_CULPRIT_EXIT_BOUND)
+    failure_reports.keep_store_for_survivors()
 
 
 def first_line(value: BaseException) -> str:

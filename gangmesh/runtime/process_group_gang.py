@@ -341,7 +341,13 @@ def _open_failure_reports(world: ProcessGroup, timeout: timedelta) -> None:
     if env is None or env.master_port == 0:
         log.debug("failure reports are off: no launcher's variables say where the store is")
         return
+    serves = env.rank == 0 and not env.agent_store
     failure_reports.open_channel(
-        world, (env.master_addr, env.master_port), dist.get_rank(), dist.get_world_size(), timeout
+        world,
+        (env.master_addr, env.master_port),
+        dist.get_rank(),
+        dist.get_world_size(),
+        timeout,
+        serves_store=serves,
     )
     last_words.install()

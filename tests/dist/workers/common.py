@@ -13,7 +13,9 @@ def write_results(rank: int, results: dict[str, Any]) -> None:
     """Write ``results`` to ``<out_dir>/rank<rank>.json``; out_dir is argv[1]."""
     out_dir = Path(sys.argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"rank{rank}.json").write_text(json.dumps(results))
+    partial = out_dir / f"rank{rank}.json.partial"  # whole or absent to a reader
+    partial.write_text(json.dumps(results))
+    partial.replace(out_dir / f"rank{rank}.json")
 
 
 def join_job(timeout: timedelta) -> None:

@@ -1,0 +1,54 @@
+"""What a survivor learns of a failed collective: the culprits, or who did not take part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from typing_extensions import override
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A rank that broke the job, and how."""
+
+    rank: int
+    host: str
+    pid: int
+    what: str
+    seconds: float
+    """When it broke (seconds since the epoch; the clock of the host that saw it)."""
+    error_file: str = field(default="", compare=False)
+    """Its torchelastic error file, where a survivor on its host may write in its name."""
+
+    @override
+    def __str__(self) -> str:
+        return f"global rank {self.rank} on host {self.host} (pid {self.pid}) {self.what}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a survivor knows about a failed collective."""
+
+    culprits: tuple[Culprit, ...]
+    absent: tuple[int, ...] = ()
+    """Gang ranks that did not report the failure (where no culprit is known)."""
+    absent_global: tuple[int, ...] = ()
+    absent_hosts: tuple[str, ...] = ()
+    """The hosts of the absent ranks, where known."""
+    silent_hosts: tuple[str, ...] = ()
+    """Other hosts of which no member of the gang took part: unreachable or down."""
+
+    @override
+    def __str__(self) -> str:
+        if self.culprits:
+            return "; ".join(map(str, self.culprits))
+        if not self.absent:
+            return ""
+        where = f" on {', '.join(self.absent_hosts)}" if self.absent_hosts else ""
+        text = (
+            f"gang ranks {list(self.absent)} (global ranks {list(self.absent_global)})"
+            f"{where} did not take part and have not said why"
+        )
+        for host in self.silent_hosts:
+            text += f"; host {host} is unreachable or down: none of its ranks in the gang answers"
+        return text
