@@ -37,18 +37,24 @@ class Explanation:
     """The hosts of the absent ranks, where known."""
     silent_hosts: tuple[str, ...] = ()
     """Other hosts of which no member of the gang took part: unreachable or down."""
+    seen_by: int | None = None
+    """The global rank of the gang's member that found the absent ranks, where another
+    gang's members did (this gang's all took part; one of them waited for those ranks)."""
 
     @override
     def __str__(self) -> str:
         if self.culprits:
             return "; ".join(map(str, self.culprits))
-        if not self.absent:
+        if not self.absent_global:
             return ""
         where = f" on {', '.join(self.absent_hosts)}" if self.absent_hosts else ""
-        text = (
-            f"gang ranks {list(self.absent)} (global ranks {list(self.absent_global)})"
-            f"{where} did not take part and have not said why"
-        )
+        if self.seen_by is None:
+            who = f"gang ranks {list(self.absent)} (global ranks {list(self.absent_global)})"
+        else:
+            who = f"global ranks {list(self.absent_global)}"
+        text = f"{who}{where} did not take part and have not said why"
+        if self.seen_by is not None:
+            text += f" (global rank {self.seen_by} waited for them)"
         for host in self.silent_hosts:
             text += f"; host {host} is unreachable or down: none of its ranks in the gang answers"
         return text

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d
+from gangmesh.runtime import _c10d, torch_errors
 from gangmesh.runtime.gang import GangError
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def start(
             pg_options=_c10d.backend_options(backend, timeout, high_priority),
         )
     except (RuntimeError, ValueError) as ex:
-        raise GangError(f"the default process group ({backend}) failed to start: {ex}") from ex
+        why = torch_errors.summary(ex, timeout.total_seconds())
+        raise GangError(f"the default process group ({backend}) failed to start: {why}") from ex
     log.info("Root gang up: %s, rank %d of %d", backend, dist.get_rank(), dist.get_world_size())
     return running()
 

@@ -169,38 +169,57 @@ class Channel:
         me = global_ranks[gang_rank]
         store.set(f"failed/{me}", str(time.time()))
         others = [r for r in range(len(global_ranks)) if r != gang_rank]
-        keys = [f"failed/{global_ranks[r]}" for r in others]
+        peers = [global_ranks[r] for r in others]
+        keys = [f"failed/{r}" for r in peers]
         deadline = time.monotonic() + wait
-        grace: float | None = None
         while True:
             culprits = (  # what a peer saw first says more than what is left to see now
-                self._reported(store)
-                or self._named_by(store, [global_ranks[r] for r in others])
-                or self._local_fates(store)
+                self._reported(store) or self._named_by(store, peers) or self._local_fates(store)
             )
             if culprits:
                 found = [json.dumps(asdict(c)) for c in culprits]
                 store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
                 return Explanation(tuple(culprits))
             now = time.monotonic()
-            if not keys or now >= deadline:
-                break
-            if grace is None and self._all_current(store, keys):
-                grace = now + _PEERS_FINDINGS
-            if grace is not None and now >= grace:
+            if not keys or self._peers_done(store, peers, now - deadline):
                 break
             time.sleep(_POLL)  # a peer whose connection just closed may still be ending
         pairs = zip(others, keys, strict=True)
         absent = tuple(r for r, key in pairs if not self._current(store, key))
         ranks = tuple(global_ranks[r] for r in absent)
-        hosts = self._hosts(store, global_ranks)
+        seen_by = None
+        if not ranks:  # every member took part: one may have waited for another gang's
+            seen_by, ranks = self._absent_for(store, peers)
+        hosts = self._hosts(store, sorted({*global_ranks, *ranks}))
         absent_hosts = tuple(dict.fromkeys(hosts[r] for r in ranks if r in hosts))
         silent = tuple(
             host
             for host in absent_hosts
             if host != self.host and all(r in ranks for r, h in hosts.items() if h == host)
         )
-        return Explanation((), absent, ranks, absent_hosts, silent)
+        if ranks:
+            said = {"seconds": time.time(), "ranks": list(ranks)}
+            store.set(f"absent/{me}", json.dumps(said))
+        return Explanation((), absent, ranks, absent_hosts, silent, seen_by)
+
+    def _peers_done(self, store: Any, peers: list[int], late: float) -> bool:
+        """Whether to stop looking, ``late`` seconds after the wait's deadline: at it where
+        some peer has not reported the failure; otherwise once every peer has said what it
+        found, or a little later (:data:`_PEERS_FINDINGS`)."""
+        if not self._all_current(store, [f"failed/{r}" for r in peers]):
+            return late >= 0
+        explained = self._all_current(store, [f"explained/{r}" for r in peers])
+        return explained or late >= _PEERS_FINDINGS
+
+    def _absent_for(self, store: Any, peers: list[int]) -> tuple[int | None, tuple[int, ...]]:
+        """The first of ``peers`` that found ranks absent in this attempt, and those ranks."""
+        for peer in peers:
+            key = f"absent/{peer}"
+            if store.check([key]):
+                said = json.loads(bytes(store.get(key)))
+                if float(said["seconds"]) >= self._since:
+                    return peer, tuple(int(r) for r in said["ranks"])
+        return None, ()
 
     def _current(self, store: Any, key: str) -> bool:
         """Whether ``key`` holds a time of this attempt of the job."""

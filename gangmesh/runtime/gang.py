@@ -64,7 +64,8 @@ class GangError(RuntimeError):
     """A collective failed: a timeout, a dead peer or a backend error."""
 
     culprits: tuple[int, ...] = ()
-    """Global ranks that broke the collective, where the job's failure reports name them."""
+    """Global ranks that broke the operation, where known: those the job's failure reports
+    name, or those that did not take part."""
 
 
 class Gang(ABC):

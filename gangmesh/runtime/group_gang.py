@@ -19,7 +19,7 @@ from torch.distributed import ProcessGroup
 from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError
-from gangmesh.runtime import _backend, _c10d, error_files, failure_reports
+from gangmesh.runtime import _backend, _c10d, error_files, failure_reports, torch_errors
 from gangmesh.runtime._validate import Splits, normalized_device
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.runtime.rank_order import RankOrder
@@ -209,14 +209,17 @@ class GroupGang(PlacedGang):
         ``reason`` (what a monitored barrier found, and the global ranks it names) does."""
         failed_at = time.time()
         found = failure_reports.explain(self._global_ranks, self._rank, self._timeout, failed_at)
-        detail = str(cause) if reason is None else reason[0]
-        if found is not None and (found.culprits or (found.absent and reason is None)):
-            detail = f"{found} [{detail}]"  # a monitored barrier's own finding stays as it is
+        seconds = self._timeout.total_seconds()
+        detail = torch_errors.summary(cause, seconds) if reason is None else reason[0]
+        if found is not None and (found.culprits or (found.absent_global and reason is None)):
+            detail = f"{found} ({detail})"  # a monitored barrier's own finding stays as it is
         error = GangError(f"{op} failed on {self.describe()}: {detail}")
         if found is not None and found.culprits:
             error.culprits = tuple(c.rank for c in found.culprits)
         elif reason is not None:
             error.culprits = reason[1]
+        elif found is not None:
+            error.culprits = found.absent_global
         if error.culprits and error_files.own_path():
             # dated after the culprits' files, whether or not this process lets it go uncaught
             text = f"GangError: {error}"

@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from gangmesh.plan._checks import check_positive
 from gangmesh.plan.dims import ROOT
-from gangmesh.runtime import default_group, failure_reports, last_words
+from gangmesh.runtime import default_group, failure_reports, last_words, torch_errors
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime._validate import normalized_device
 from gangmesh.runtime.communicators import CommunicatorKey, Lease, acquire, split
@@ -316,7 +316,8 @@ class ProcessGroupGang(GroupGang):
         try:
             lease = split(pg, [sorted(members)], mine, f"{self._name}[sub]")
         except (RuntimeError, ValueError) as ex:
-            raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {ex}") from ex
+            why = torch_errors.summary(ex, self.timeout.total_seconds())
+            raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {why}") from ex
         if lease is None:
             return None
         return ProcessGroupGang._leased(

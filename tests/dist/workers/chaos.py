@@ -7,7 +7,8 @@ VICTIM breaks DELAY seconds after its gangs are made: KIND "raise" raises at its
 "sigkill" and "sigstop" are signals sent to itself, the three by a thread of its own at that
 very moment, wherever the main thread is. Every other rank writes the GangError it gets,
 then lets it go uncaught (ENDING "raise") or catches it and ends with ``sys.exit(1)`` at once
-(ENDING "catch"). TIMEOUT is the root gang's timeout in seconds.
+(ENDING "catch"). KIND "hang" stops entering collectives at its next step, alive (a rank
+stuck elsewhere). TIMEOUT is the root gang's timeout in seconds.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def strike(kind: str, rank: int, broke: threading.Event) -> None:
     broke.set()
 
 
-def end_stopped(victim: int) -> None:
-    """The last survivor to write its error kills a victim still stopped, as a scheduler
-    ending the job would (each survivor checks after writing)."""
+def end_victim(victim: int) -> None:
+    """The last survivor to write its error kills a victim still stopped or hanging, as a
+    scheduler ending the job would (each survivor checks after writing)."""
     out = Path(sys.argv[1])
     found = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(4)}
     if all("error" in found[r] for r in found if r != victim):
@@ -64,6 +65,9 @@ def main() -> None:
         write_results(me, {"pid": os.getpid()})
     try:
         for step in range(1_000_000):
+            if broke.is_set() and kind == "hang":
+                signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+                signal.sigtimedwait([signal.SIGUSR1], 120)  # ended by a signal of another
             if broke.is_set():
                 raise ValueError(f"step {step}: the loss is NaN")
             activations = torch.ones(8)
@@ -71,10 +75,11 @@ def main() -> None:
             loss = activations.sum().reshape(1)
             gangs.dp.all_reduce(loss, gm.ReduceOperation.SUM)
     except gm.GangError as ex:
-        found = {"pid": os.getpid(), "error": str(ex), "culprits": list(ex.culprits)}
+        found = {"pid": os.getpid(), "error": str(ex), "culprits": list(ex.culprits),
+                 "cause": str(ex.__cause__)}  # fmt: skip
         write_results(me, {**found, "at": time.time()})
-        if kind == "sigstop":
-            end_stopped(victim)
+        if kind in ("sigstop", "hang"):
+            end_victim(victim)
         if ending == "catch":
             sys.exit(1)
         raise

@@ -1,0 +1,33 @@
+"""torch's error text in a few words, for the first line of a GangError.
+
+torch's own text (a source path, gloo's advice, C++ frames) stays in the GangError's
+``__cause__``; the message says only what kind of failure it was.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+"""The "[.../file.cc:123] " that gloo and c10d put before their messages."""
+_KINDS = (
+    (re.compile(r"Timed out|timed out|[Tt]imeout"), "timed out after {timeout:g} s"),
+    (
+        re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe"),
+        "a peer's connection closed",
+    ),
+    (re.compile(r"Connection refused"), "a peer refused the connection"),
+)
+_MAX = 160
+"""The most characters of torch's first line that a message repeats."""
+
+
+def summary(cause: BaseException, timeout: float) -> str:
+    """What ``cause`` says happened, in a few words (``timeout``: the gang's, in seconds)."""
+    text = str(cause).strip()
+    for pattern, words in _KINDS:
+        if pattern.search(text):
+            return words.format(timeout=timeout)
+    first = _SOURCE.sub("", text.splitlines()[0] if text else type(cause).__name__)
+    first = first.split(". This is typically caused", 1)[0]
+    return first if len(first) <= _MAX else first[: _MAX - 3] + "..."
