@@ -6,9 +6,12 @@ before it goes (:mod:`gangmesh.runtime.last_words`). A survivor whose collective
 reports; where none names a culprit it asks /proc what became of the processes on its own
 host (:mod:`gangmesh.runtime.peer_state`): gone, killed by a signal, or stopped. Where that tells
 nothing either, it waits a bounded time for the gang's other members to report the failure
-too (looking again at the reports and at /proc meanwhile: a peer whose connection just
-closed may still be exiting), and names those that did not, with their hosts. Collectives
-that succeed read and write nothing here.
+too (looking again at the reports, at what the other survivors named, and at /proc
+meanwhile: a peer whose connection just closed may still be exiting), and names those that
+did not, with their hosts; where all did, the ranks one of them waited for. Each survivor
+leaves what it found for the others (:mod:`gangmesh.runtime.report_reading` says what is
+kept where). Where rank 0 serves the store, it keeps it at exit until the others have read
+it. Collectives that succeed read and write nothing here.
 
 The reports go through a connection of their own to the job's store (MASTER_ADDR and
 MASTER_PORT), made when the root gang is made and used by one thread of its own
@@ -32,6 +35,7 @@ from typing import Any
 
 from gangmesh.runtime import error_files, peer_state
 from gangmesh.runtime.culprits import Culprit, Explanation
+from gangmesh.runtime.report_reading import Reading
 from gangmesh.runtime.store_line import Line, end_all, line_to
 
 log = logging.getLogger("gangmesh")
@@ -131,15 +135,32 @@ class Channel:
 
         return self._line.call(explain_and_say_so, wait + _READING_BOUND - _WAIT_FOR_PEERS)
 
+    def who_broke(self, bound: float) -> list[Culprit]:
+        """This process is being stopped: say so, and who broke the job as far as the
+        reports, the other survivors and /proc tell (bounded by ``bound`` seconds).
+
+        :raises TimeoutError: the store did not answer in time.
+        :raises RuntimeError: the store cannot be reached.
+        """
+
+        def look(store: Any) -> list[Culprit]:
+            read = self._reading(store)
+            store.set(f"stopped/{self.rank}", str(time.time()))
+            others = [r for r in range(self.world_size) if r != self.rank]
+            return read.reported() or read.named_by(others) or read.local_fates()
+
+        return self._line.call(look, bound)
+
     def keep_store(self, bound: float) -> None:
         """Where the store ends with this process: wait, up to ``bound`` seconds, until every
         other process has read the reports of this failure or has ended on this host."""
 
         def wait(store: Any) -> None:
-            pids = {int(e["rank"]): e for e in self._entries(store, f"host/{self.host}")}
+            read = self._reading(store)
+            pids = {int(e["rank"]): e for e in read.entries(f"host/{self.host}")}
             deadline = time.monotonic() + bound
             while time.monotonic() < deadline and any(
-                not self._current(store, f"explained/{r}")
+                not read.current(f"explained/{r}")
                 and (r not in pids or peer_state.fate(pids[r]["pid"], pids[r]["started"]) is None)
                 for r in range(self.world_size)
                 if r != self.rank
@@ -166,6 +187,7 @@ class Channel:
         """Marks this process as a survivor of the gang's failure first; where neither the
         reports nor /proc name a culprit at once, looks again until the gang's other members
         have all reported the failure too, for at most ``wait`` seconds."""
+        read = self._reading(store)
         me = global_ranks[gang_rank]
         store.set(f"failed/{me}", str(time.time()))
         others = [r for r in range(len(global_ranks)) if r != gang_rank]
@@ -174,23 +196,23 @@ class Channel:
         deadline = time.monotonic() + wait
         while True:
             culprits = (  # what a peer saw first says more than what is left to see now
-                self._reported(store) or self._named_by(store, peers) or self._local_fates(store)
+                read.reported() or read.named_by(peers) or read.local_fates()
             )
             if culprits:
                 found = [json.dumps(asdict(c)) for c in culprits]
                 store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
                 return Explanation(tuple(culprits))
             now = time.monotonic()
-            if not keys or self._peers_done(store, peers, now - deadline):
+            if not keys or self._peers_done(read, peers, now - deadline):
                 break
             time.sleep(_POLL)  # a peer whose connection just closed may still be ending
         pairs = zip(others, keys, strict=True)
-        absent = tuple(r for r, key in pairs if not self._current(store, key))
+        absent = tuple(r for r, key in pairs if not read.current(key))
         ranks = tuple(global_ranks[r] for r in absent)
         seen_by = None
         if not ranks:  # every member took part: one may have waited for another gang's
-            seen_by, ranks = self._absent_for(store, peers)
-        hosts = self._hosts(store, sorted({*global_ranks, *ranks}))
+            seen_by, ranks = read.absent_for(peers)
+        hosts = read.hosts(sorted({*global_ranks, *ranks}))
         absent_hosts = tuple(dict.fromkeys(hosts[r] for r in ranks if r in hosts))
         silent = tuple(
             host
@@ -202,90 +224,18 @@ class Channel:
             store.set(f"absent/{me}", json.dumps(said))
         return Explanation((), absent, ranks, absent_hosts, silent, seen_by)
 
-    def _peers_done(self, store: Any, peers: list[int], late: float) -> bool:
+    def _reading(self, store: Any) -> Reading:
+        return Reading(store, self.rank, self.host, self._since)
+
+    @staticmethod
+    def _peers_done(read: Reading, peers: list[int], late: float) -> bool:
         """Whether to stop looking, ``late`` seconds after the wait's deadline: at it where
         some peer has not reported the failure; otherwise once every peer has said what it
         found, or a little later (:data:`_PEERS_FINDINGS`)."""
-        if not self._all_current(store, [f"failed/{r}" for r in peers]):
+        if not read.all_current([f"failed/{r}" for r in peers]):
             return late >= 0
-        explained = self._all_current(store, [f"explained/{r}" for r in peers])
+        explained = read.all_current([f"explained/{r}" for r in peers])
         return explained or late >= _PEERS_FINDINGS
-
-    def _absent_for(self, store: Any, peers: list[int]) -> tuple[int | None, tuple[int, ...]]:
-        """The first of ``peers`` that found ranks absent in this attempt, and those ranks."""
-        for peer in peers:
-            key = f"absent/{peer}"
-            if store.check([key]):
-                said = json.loads(bytes(store.get(key)))
-                if float(said["seconds"]) >= self._since:
-                    return peer, tuple(int(r) for r in said["ranks"])
-        return None, ()
-
-    def _current(self, store: Any, key: str) -> bool:
-        """Whether ``key`` holds a time of this attempt of the job."""
-        return bool(store.check([key])) and float(bytes(store.get(key))) >= self._since
-
-    def _all_current(self, store: Any, keys: list[str]) -> bool:
-        return bool(store.check(keys)) and all(self._current(store, key) for key in keys)
-
-    def _entries(self, store: Any, key: str) -> list[dict[str, Any]]:
-        """The entries of this attempt appended under ``key``."""
-        if not store.check([key]):
-            return []
-        entries = [json.loads(line) for line in bytes(store.get(key)).decode().splitlines()]
-        return [entry for entry in entries if float(entry["seconds"]) >= self._since]
-
-    def _reported(self, store: Any) -> list[Culprit]:
-        """The culprits that reported themselves, earliest first."""
-        found: dict[int, Culprit] = {}
-        for entry in self._entries(store, "reports"):
-            culprit = Culprit(
-                int(entry["rank"]),
-                str(entry["host"]),
-                int(entry["pid"]),
-                str(entry["what"]),
-                float(entry["seconds"]),
-            )
-            found.setdefault(culprit.rank, culprit)
-        return sorted(found.values(), key=lambda c: c.seconds)
-
-    def _named_by(self, store: Any, ranks: list[int]) -> list[Culprit]:
-        """The culprits that the survivors among ``ranks`` named in this attempt."""
-        keys = [f"named/{r}" for r in ranks]
-        found: dict[int, Culprit] = {}
-        for key in keys:
-            if not store.check([key]):
-                continue
-            record = json.loads(bytes(store.get(key)))
-            if float(record["seconds"]) < self._since:
-                continue
-            for text in record["found"]:
-                culprit = Culprit(**json.loads(text))
-                found.setdefault(culprit.rank, culprit)
-        return sorted(found.values(), key=lambda c: c.rank)
-
-    def _local_fates(self, store: Any) -> list[Culprit]:
-        """The processes of this job on this host that are gone, ended or stopped."""
-        culprits: dict[int, Culprit] = {}
-        for entry in reversed(self._entries(store, f"host/{self.host}")):
-            rank, pid = int(entry["rank"]), int(entry["pid"])
-            if rank == self.rank or rank in culprits:
-                continue
-            fate = peer_state.fate(pid, entry.get("started"))
-            if fate is not None and not self._current(store, f"failed/{rank}"):
-                path = str(entry.get("error_file", ""))
-                culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path)
-        return sorted(culprits.values(), key=lambda c: c.rank)
-
-    def _hosts(self, store: Any, ranks: list[int]) -> dict[int, str]:
-        """The hosts this attempt recorded for ``ranks``; {} where one is missing."""
-        keys = [f"rank/{r}" for r in ranks]
-        if not store.check(keys):
-            return {}
-        records = [json.loads(bytes(text)) for text in store.multi_get(keys)]
-        if any(float(record["seconds"]) < self._since for record in records):
-            return {}
-        return {r: str(record["host"]) for r, record in zip(ranks, records, strict=True)}
 
 
 _channel: Channel | None = None
@@ -315,6 +265,19 @@ def open_channel(
 
 _timeout = timedelta(0)
 """The timeout of the job whose reports the channel holds."""
+
+
+def who_broke(bound: float) -> list[Culprit]:
+    """Who broke the job, as far as known within ``bound`` seconds, for a process being
+    stopped (see :mod:`gangmesh.runtime.stop_notice`); [] where nothing is known."""
+    current = _channel
+    if current is None:
+        return []
+    try:
+        return current.who_broke(bound)
+    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
+        log.debug("the job's failure reports cannot be read: %s", ex)
+        return []
 
 
 def keep_store_for_survivors() -> None:

@@ -17,7 +17,8 @@ Each trial asserts that every survivor that raised (all of them, where nothing s
 first) named the victim, its host and how it broke (its pid too, where it ended or
 stopped), in ``GangError.culprits`` too, within the timeout and 5 s, with torch's own text
 left to ``__cause__``; that torchrun's "Root Cause" is the victim (not for a hang: torchrun
-counts only processes that ended); and that no process is left behind. A failure prints
+counts only processes that ended); that a survivor torchrun stopped before it raised says
+why in one line; and that no process is left behind. A failure prints
 the trial and the command that replays it.
 
 The suite runs ``GANGMESH_CHAOS_TRIALS`` trials (default 6) from a seed that changes every
@@ -113,6 +114,11 @@ def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
         assert got["cause"], "torch's error is chained"
     if trial.launcher == "bare" or trial.kind == "hang":
         return  # torchrun counts only processes that ended, and a hanging one has not
+    for rank in set(survivors) - set(raised):  # stopped by torchrun first: it says why
+        said = (
+            f"global rank {rank} stopped (SIGTERM) after global rank {trial.victim} on host {host}"
+        )
+        assert said in run.output, run.output
     assert "Root Cause (first observed failure):" in run.output, run.output
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
     local = f"rank\\s*: {trial.victim} \\(local_rank: {trial.victim}\\)"

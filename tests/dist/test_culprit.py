@@ -106,3 +106,7 @@ def test_torchrun_names_the_rank_that_broke_as_the_root_cause(tmp_path, fault):
     assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
     if fault == "raise":
         assert "ValueError: step 5: the loss is NaN" in root_cause, run.output
+    # torchrun stopped the survivors 0.1 s after rank 3 ended: each raised, or says why it ends
+    found = run.results(tmp_path)
+    for rank in {0, 1, 2} - set(found):
+        assert f"global rank {rank} stopped (SIGTERM) after global rank 3 on host " in run.output

@@ -1,0 +1,106 @@
+"""One reading of the job's failure reports in its store, as a survivor makes it.
+
+Keys (under the reports' prefix): ``host/<host>`` (where each process runs, appended),
+``rank/<rank>``, ``reports`` (culprits' own words, appended), and per survivor of a failure
+``failed/<rank>`` (it felt the failure), ``named/<rank>`` (the culprits it named),
+``absent/<rank>`` (the ranks it waited for in vain), ``explained/<rank>`` (it is done) and
+``stopped/<rank>`` (its launcher stopped it). Entries older than this process belong to an
+earlier attempt of the job and are passed over.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gangmesh.runtime import peer_state
+from gangmesh.runtime.culprits import Culprit
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The reports as ``rank`` on ``host``, started at ``since``, reads them in ``store``."""
+
+    store: Any
+    rank: int
+    host: str
+    since: float
+
+    def absent_for(self, peers: list[int]) -> tuple[int | None, tuple[int, ...]]:
+        """The first of ``peers`` that found ranks absent in this attempt, and those ranks."""
+        for peer in peers:
+            key = f"absent/{peer}"
+            if self.store.check([key]):
+                said = json.loads(bytes(self.store.get(key)))
+                if float(said["seconds"]) >= self.since:
+                    return peer, tuple(int(r) for r in said["ranks"])
+        return None, ()
+
+    def current(self, key: str) -> bool:
+        """Whether ``key`` holds a time of this attempt of the job."""
+        return bool(self.store.check([key])) and float(bytes(self.store.get(key))) >= self.since
+
+    def all_current(self, keys: list[str]) -> bool:
+        return bool(self.store.check(keys)) and all(self.current(key) for key in keys)
+
+    def entries(self, key: str) -> list[dict[str, Any]]:
+        """The entries of this attempt appended under ``key``."""
+        if not self.store.check([key]):
+            return []
+        entries = [json.loads(line) for line in bytes(self.store.get(key)).decode().splitlines()]
+        return [entry for entry in entries if float(entry["seconds"]) >= self.since]
+
+    def reported(self) -> list[Culprit]:
+        """The culprits that reported themselves, earliest first."""
+        found: dict[int, Culprit] = {}
+        for entry in self.entries("reports"):
+            culprit = Culprit(
+                int(entry["rank"]),
+                str(entry["host"]),
+                int(entry["pid"]),
+                str(entry["what"]),
+                float(entry["seconds"]),
+            )
+            found.setdefault(culprit.rank, culprit)
+        return sorted(found.values(), key=lambda c: c.seconds)
+
+    def named_by(self, ranks: list[int]) -> list[Culprit]:
+        """The culprits that the survivors among ``ranks`` named in this attempt."""
+        keys = [f"named/{r}" for r in ranks]
+        found: dict[int, Culprit] = {}
+        for key in keys:
+            if not self.store.check([key]):
+                continue
+            record = json.loads(bytes(self.store.get(key)))
+            if float(record["seconds"]) < self.since:
+                continue
+            for text in record["found"]:
+                culprit = Culprit(**json.loads(text))
+                found.setdefault(culprit.rank, culprit)
+        return sorted(found.values(), key=lambda c: c.rank)
+
+    def local_fates(self) -> list[Culprit]:
+        """The processes of this job on this host that are gone, ended or stopped."""
+        culprits: dict[int, Culprit] = {}
+        for entry in reversed(self.entries(f"host/{self.host}")):
+            rank, pid = int(entry["rank"]), int(entry["pid"])
+            if rank == self.rank or rank in culprits:
+                continue
+            fate = peer_state.fate(pid, entry.get("started"))
+            survivor = self.current(f"failed/{rank}") or self.current(f"stopped/{rank}")
+            if fate is not None and not survivor:
+                path = str(entry.get("error_file", ""))
+                culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path)
+        return sorted(culprits.values(), key=lambda c: c.rank)
+
+    def hosts(self, ranks: list[int]) -> dict[int, str]:
+        """The hosts this attempt recorded for ``ranks``; {} where one is missing."""
+        keys = [f"rank/{r}" for r in ranks]
+        if not self.store.check(keys):
+            return {}
+        records = [json.loads(bytes(text)) for text in self.store.multi_get(keys)]
+        if any(float(record["seconds"]) < self.since for record in records):
+            return {}
+        return {r: str(record["host"]) for r, record in zip(ranks, records, strict=True)}

@@ -1,0 +1,83 @@
+"""One line from a process that its launcher stops (SIGTERM) after a peer broke the job.
+
+torchrun stops every worker once one has failed, often before a survivor's own collective
+fails and names the culprit; such a process would end without a word. With this installed,
+a SIGTERM makes a thread of this process ask the job's failure reports who broke the job
+(a couple of seconds at most) and log it at ERROR level, then end the process as SIGTERM
+does. The thread learns of the signal at once, even while the main thread waits in a
+collective: Python's own handler writes it to a wakeup file descriptor. Nothing is
+installed where the process already handles SIGTERM or uses a wakeup descriptor, or off the
+main thread; a handler the program installs later takes over.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+
+from gangmesh.runtime import failure_reports
+
+log = logging.getLogger("gangmesh")
+
+_BOUND = 2.0
+"""Seconds the process spends asking who broke the job before it ends."""
+_EXIT_CODE = 128 + signal.SIGTERM
+"""How the process ends where the thread, not the main thread, ends it: as a shell reports
+a process that SIGTERM ended."""
+_said = threading.Event()
+_installed = False
+
+
+def install() -> None:
+    """Say who broke the job when this process is stopped by SIGTERM; once per process."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if previous != -1:  # someone else's (an event loop's): leave it to them
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+        return
+    signal.signal(signal.SIGTERM, _in_main_thread)
+    threading.Thread(
+        target=_watch, args=(read_end,), name="gangmesh-stop-notice", daemon=True
+    ).start()
+    _installed = True
+
+
+def _watch(read_end: int) -> None:
+    """Wait for SIGTERM; say who broke the job; end the process."""
+    while True:
+        signals = os.read(read_end, 64)
+        if not signals:
+            return
+        if signal.SIGTERM in signals and signal.getsignal(signal.SIGTERM) is _in_main_thread:
+            _say_who()
+            _said.set()
+            os._exit(_EXIT_CODE)  # the main thread may be held in a collective for long
+
+
+def _in_main_thread(signum: int, frame: FrameType | None) -> None:
+    """Python's handler, where the main thread gets to run it: let the thread speak, then
+    end as SIGTERM does."""
+    _said.wait(_BOUND + 1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _say_who() -> None:
+    channel = failure_reports.channel()
+    if channel is None:
+        return
+    culprits = failure_reports.who_broke(_BOUND)
+    if culprits:
+        text = "; ".join(map(str, culprits))
+        log.error("global rank %d stopped (SIGTERM) after %s", channel.rank, text)
