@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch.distributed as dist
 
-from gangmesh.runtime import failure_reports
+from gangmesh.runtime import failure_reports, stop_notice
 from gangmesh.runtime.communicators import forget_all
 
 log = logging.getLogger("gangmesh")
@@ -67,4 +67,5 @@ def shut_everything_down() -> None:
         holder._release()
     forget_all()
     failure_reports.shut_down()
+    stop_notice.uninstall()
     gc.collect()

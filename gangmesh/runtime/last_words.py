@@ -20,7 +20,7 @@ import time
 import traceback
 from types import TracebackType
 
-from gangmesh.runtime import error_files, failure_reports, stop_notice
+from gangmesh.runtime import error_files, failure_reports
 from gangmesh.runtime.gang import GangError
 
 log = logging.getLogger("gangmesh")
@@ -46,7 +46,6 @@ def install() -> None:
 
     sys.excepthook = hook
     atexit.register(_at_exit)
-    stop_notice.install()
     _installed = True
 
 

@@ -13,7 +13,13 @@ from typing_extensions import override
 
 from gangmesh.plan._checks import check_positive
 from gangmesh.plan.dims import ROOT
-from gangmesh.runtime import default_group, failure_reports, last_words, torch_errors
+from gangmesh.runtime import (
+    default_group,
+    failure_reports,
+    last_words,
+    stop_notice,
+    torch_errors,
+)
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime._validate import normalized_device
 from gangmesh.runtime.communicators import CommunicatorKey, Lease, acquire, split
@@ -352,3 +358,4 @@ def _open_failure_reports(world: ProcessGroup, timeout: timedelta) -> None:
         serves_store=serves,
     )
     last_words.install()
+    stop_notice.install()

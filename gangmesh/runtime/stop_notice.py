@@ -28,13 +28,14 @@ _EXIT_CODE = 128 + signal.SIGTERM
 """How the process ends where the thread, not the main thread, ends it: as a shell reports
 a process that SIGTERM ended."""
 _said = threading.Event()
-_installed = False
+_installed: tuple[int, threading.Thread] | None = None
+"""The write end of the wakeup pipe and the thread that reads the other, while installed."""
 
 
 def install() -> None:
     """Say who broke the job when this process is stopped by SIGTERM; once per process."""
     global _installed
-    if _installed or threading.current_thread() is not threading.main_thread():
+    if _installed is not None or threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
@@ -47,10 +48,27 @@ def install() -> None:
         os.close(write_end)
         return
     signal.signal(signal.SIGTERM, _in_main_thread)
-    threading.Thread(
-        target=_watch, args=(read_end,), name="gangmesh-stop-notice", daemon=True
-    ).start()
-    _installed = True
+    watcher = threading.Thread(target=_watch, args=(read_end,), name="gangmesh-stop-notice")
+    watcher.daemon = True
+    watcher.start()
+    _installed = (write_end, watcher)
+
+
+def uninstall() -> None:
+    """Give SIGTERM back and end the thread (the process's groups are shut down); off the
+    main thread, only the thread ends."""
+    global _installed
+    if _installed is None:
+        return
+    write_end, watcher = _installed
+    _installed = None
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) is _in_main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.set_wakeup_fd(-1) not in (write_end, -1):  # someone else's since
+            log.debug("a wakeup descriptor set after gangmesh's was reset")
+    os.close(write_end)  # the thread reads the end of the pipe and returns
+    watcher.join(_BOUND)
 
 
 def _watch(read_end: int) -> None:
@@ -58,6 +76,7 @@ def _watch(read_end: int) -> None:
     while True:
         signals = os.read(read_end, 64)
         if not signals:
+            os.close(read_end)
             return
         if signal.SIGTERM in signals and signal.getsignal(signal.SIGTERM) is _in_main_thread:
             _say_who()
