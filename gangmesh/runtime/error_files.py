@@ -62,15 +62,13 @@ def write_for_culprit(path: str, description: str, failed_at: float) -> None:
     write(path, what, what, failed_at - 1)
 
 
-_pending: dict[int, str] = {}
-"""The culprits on this host that this process named, by pid: whether to stop waiting for
-them to end, and what to do with a stopped one."""
+_pending: set[int] = set()
+"""The pids of the culprits on this host that this process named and has not seen end."""
 
 
 def remember(pids: Iterable[int]) -> None:
     """Culprits on this host whose end this process waits for before it ends itself."""
-    for pid in pids:
-        _pending[pid] = ""
+    _pending.update(pids)
 
 
 def let_culprits_end(bound: float) -> None:
@@ -87,7 +85,7 @@ def let_culprits_end(bound: float) -> None:
             if watched and peer_state.is_stopped(pid):
                 _kill(pid)
                 continue
-            del _pending[pid]
+            _pending.discard(pid)
         if _pending:
             time.sleep(_POLL)  # the culprit's exit is not signalled to this process
     _pending.clear()

@@ -33,7 +33,8 @@ _installed: tuple[int, threading.Thread] | None = None
 
 
 def install() -> None:
-    """Say who broke the job when this process is stopped by SIGTERM; once per process."""
+    """Say who broke the job when this process is stopped by SIGTERM (until
+    :func:`uninstall`; installing twice does nothing)."""
     global _installed
     if _installed is not None or threading.current_thread() is not threading.main_thread():
         return
