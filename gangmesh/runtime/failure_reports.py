@@ -195,6 +195,8 @@ class Channel:
         keys = [f"failed/{r}" for r in peers]
         deadline = time.monotonic() + wait
         while True:
+            # whether to stop is read before the look: what the peers said by then is seen
+            done = not keys or self._peers_done(read, peers, time.monotonic() - deadline)
             culprits = (  # what a peer saw first says more than what is left to see now
                 read.reported() or read.named_by(peers) or read.local_fates()
             )
@@ -202,8 +204,7 @@ class Channel:
                 found = [json.dumps(asdict(c)) for c in culprits]
                 store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
                 return Explanation(tuple(culprits))
-            now = time.monotonic()
-            if not keys or self._peers_done(read, peers, now - deadline):
+            if done:
                 break
             time.sleep(_POLL)  # a peer whose connection just closed may still be ending
         pairs = zip(others, keys, strict=True)
