@@ -1,6 +1,7 @@
 """Gang collectives vs the same raw torch.distributed call on the same group.
 
     python -m benchmarks.collective_bench [--pairs 121] [--procs 2,4] [--sizes 8,1K,64K,1M,16M]
+                                          [--nccl]
 
 First table: the Gang layer's own cost. On torch's fake backend the collective moves no
 data, so only the wrapper shows: each op on the root gang and on a sub-gang, as
@@ -10,6 +11,9 @@ its raw time, median over ``--pairs`` pairs. Target: at most 1.06x.
 Second table: the same calls on real gloo groups of 2 and 4 local processes, 8 B to
 16 MB; the fastest of several alternating blocks per side, the slowest process counts.
 On a 2-core machine these are bound by scheduling; they show the order of magnitude.
+
+With ``--nccl`` (a machine with a GPU), a third table: the first table's ABBA ratios on a
+one-process NCCL world, tensors on cuda:0, each block ended by a CUDA synchronise.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from gangmesh.tools.check_report import parse_sizes
 
 LAYER_TITLE = "Gang call / raw torch.distributed call on the same group (fake backend, ABBA)"
 GLOO_TITLE = "Gang collectives vs raw torch.distributed on the same gloo group"
+NCCL_TITLE = "Gang call / raw torch.distributed call, one-process NCCL world (cuda:0, ABBA)"
 TARGET = 1.06
 OPS = (
     "all_reduce",
@@ -53,10 +58,12 @@ _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.re
 
 
 def calls(gang: gm.ProcessGroupGang, op: str, numel: int) -> tuple[Callable[[], object], ...]:
-    """(raw call, Gang call) for one op and message size, on the same group and tensors."""
+    """(raw call, Gang call) for one op and message size, on the same group and tensors
+    (on the gang's device)."""
     pg = gang.as_process_group()
     n = gang.size
-    tensor = torch.ones(numel, dtype=torch.float32)
+    on = gang.device
+    tensor = torch.ones(numel, dtype=torch.float32, device=on)
     source = n - 1
     if op == "all_reduce":
         return (lambda: dist.all_reduce(tensor, group=pg), lambda: gang.all_reduce(tensor, SUM))
@@ -66,25 +73,25 @@ def calls(gang: gm.ProcessGroupGang, op: str, numel: int) -> tuple[Callable[[], 
             lambda: gang.broadcast(tensor, source_rank=source),
         )
     if op == "all_gather":
-        out = torch.empty(n * numel)
+        out = torch.empty(n * numel, device=on)
         return (
             lambda: _all_gather_single(out, tensor, group=pg),
             lambda: gang.all_gather(out, tensor),
         )
     if op == "all_gather_to_list":
-        outs = [torch.empty(numel) for _ in range(n)]
+        outs = [torch.empty(numel, device=on) for _ in range(n)]
         return (
             lambda: dist.all_gather(outs, tensor, group=pg),
             lambda: gang.all_gather_to_list(outs, tensor),
         )
     if op == "reduce_scatter":
-        big, out = torch.ones(n * numel), torch.empty(numel)
+        big, out = torch.ones(n * numel, device=on), torch.empty(numel, device=on)
         return (
             lambda: _reduce_scatter_single(out, big, group=pg),
             lambda: gang.reduce_scatter(out, big, SUM),
         )
     if op in ("all_to_all", "all_to_all_split"):
-        big, out = torch.ones(n * numel), torch.empty(n * numel)
+        big, out = torch.ones(n * numel, device=on), torch.empty(n * numel, device=on)
         splits = [numel] * n if op == "all_to_all_split" else None
         return (
             lambda: dist.all_to_all_single(out, big, splits, splits, group=pg),
@@ -97,6 +104,8 @@ def block(fn: Callable[[], object], iters: int) -> float:
     start = time.perf_counter()
     for _ in range(iters):
         fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -120,7 +129,9 @@ def abba_ratio(
 
 
 def layer_cost(pairs: int, iters: int = 40) -> list[dict[str, object]]:
-    """Ratios on the fake backend: rank 1 of 4, the root gang and the sub-gang [2, 1, 3]."""
+    """Ratios on the fake backend: rank 1 of 4, the root gang, the sub-gang [1, 2, 3] and the
+    reordered sub-gang [2, 1, 3] (no target: it moves pieces into its own rank order, which
+    the raw call on its group does not)."""
     from gangmesh.runtime._c10d import ensure_fake_backend
 
     ensure_fake_backend()
@@ -128,15 +139,43 @@ def layer_cost(pairs: int, iters: int = 40) -> list[dict[str, object]]:
         torch.device("cpu"), backend="fake", store=dist.HashStore(), rank=1, world_size=4
     )
     try:
-        sub = root.create_gang([2, 1, 3])
-        assert isinstance(sub, gm.ProcessGroupGang)
+        sub, reordered = root.create_gang([1, 2, 3]), root.create_gang([2, 1, 3])
+        assert isinstance(sub, gm.ProcessGroupGang) and isinstance(reordered, gm.ProcessGroupGang)
         rows = []
-        for name, gang in (("root", root), ("sub-gang", sub)):
+        for name, gang in (("root", root), ("sub-gang", sub), ("reordered", reordered)):
+            target = None if gang is reordered else TARGET
             for op in OPS:
                 raw, ours = calls(gang, op, 2)
                 ratio, raw_us, gang_us = abba_ratio(raw, ours, pairs, iters)
                 rows.append({"gang": name, "op": op, "raw_us": raw_us, "gang_us": gang_us,
-                             "ratio": ratio, "target": TARGET})  # fmt: skip
+                             "ratio": ratio, "target": target or "-"})  # fmt: skip
+        return rows
+    finally:
+        root.close()
+
+
+def over_target(rows: list[dict[str, object]]) -> str:
+    """The rows above their target, in one line ("" if none)."""
+    over = [
+        f"{row['gang']} {row['op']} {row['ratio']:.3f}x"
+        for row in rows
+        if isinstance(row.get("target"), float) and row["ratio"] > row["target"]  # type: ignore[operator]
+    ]
+    return f"above the {TARGET}x target: {', '.join(over)}" if over else ""
+
+
+def nccl_cost(pairs: int, iters: int = 40) -> list[dict[str, object]]:
+    """Ratios on a one-process NCCL world (cuda:0)."""
+    root = gm.ProcessGroupGang.create_default_process_group(
+        torch.device("cuda", 0), store=dist.HashStore(), rank=0, world_size=1
+    )
+    try:
+        rows = []
+        for op in OPS:
+            raw, ours = calls(root, op, 2)
+            ratio, raw_us, gang_us = abba_ratio(raw, ours, pairs, iters)
+            rows.append({"gang": "root", "op": op, "raw_us": raw_us, "gang_us": gang_us,
+                         "ratio": ratio, "target": TARGET})  # fmt: skip
         return rows
     finally:
         root.close()
@@ -185,6 +224,7 @@ def main() -> None:
     parser.add_argument("--procs", default="2,4", help="gloo world sizes; empty for none")
     parser.add_argument("--sizes", default="8,1K,64K,1M,16M")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--nccl", action="store_true", help="also time a one-GPU NCCL world")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     json_argument(parser)
     args = parser.parse_args()
@@ -194,6 +234,7 @@ def main() -> None:
         return
     cost = layer_cost(args.pairs)
     print_table(LAYER_TITLE, cost)
+    print(over_target(cost) or f"every row with a target within {TARGET}x")
     rows = []
     for nproc in (int(p) for p in args.procs.split(",") if p):
         for key, (raw, ours) in run(nproc, args.sizes, args.rounds).items():
@@ -203,7 +244,12 @@ def main() -> None:
     if rows:
         print()
         print_table(GLOO_TITLE, rows)
-    write_json(args.json, LAYER_TITLE, [*cost, *rows])
+    nccl = nccl_cost(args.pairs) if args.nccl else []
+    if nccl:
+        print()
+        print_table(NCCL_TITLE, nccl)
+        print(over_target(nccl) or f"every row within {TARGET}x")
+    write_json(args.json, LAYER_TITLE, [*cost, *rows, *nccl])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from gangmesh.assembly.mesh_views import build_meshes
 from gangmesh.plan.dims import FACTS, Dim
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import _c10d
-from gangmesh.runtime.communicators import CommunicatorKey, Lease, lend, split
+from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, lend, split
 from gangmesh.runtime.fake_gang import FakeGang
 from gangmesh.runtime.gang import Gang, GangError
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
@@ -143,7 +143,7 @@ def _lone_group(root: ProcessGroupGang, timeout: timedelta) -> Lease:
     if root.size == 1 and timeout == root.timeout:
         return lend(group, key)
     alone = [[r] for r in root.global_ranks] if _c10d.splits_new_groups(backend) else []
-    return split(group, alone, key, "size-1")
+    return split(Parent(group, root.timeout, root.high_priority), alone, key, "size-1")
 
 
 def _gangs(
@@ -156,6 +156,7 @@ def _gangs(
     group when it spans the world with the same timeout, else over a shared group created
     with ``timeout``, each dimension's groups as one split of the root's group."""
     world = root.as_process_group()
+    parent = Parent(world, root.timeout, root.high_priority)
     backend = dist.get_backend(world)
     splitting = _c10d.splits_new_groups(backend)
     rank, to_global = root.rank, np.asarray(root.global_ranks)
@@ -186,10 +187,10 @@ def _gangs(
                 groups = to_global[_all_groups(plan, name)] if splitting else None
                 split_as = None if groups is None else (groups.shape[1], groups.tobytes())
                 if split_as is None or split_as in made:
-                    lease = split(world, [], key, name)
+                    lease = split(parent, [], key, name)
                 else:
                     made.add(split_as)
-                    lease = split(world, groups.tolist(), key, name)  # type: ignore[union-attr]
+                    lease = split(parent, groups.tolist(), key, name)  # type: ignore[union-attr]
             built.gangs[name] = ProcessGroupGang._leased(
                 lease,
                 root.device,

@@ -13,6 +13,7 @@ from gangmesh.assembly.mesh_read import read_meshes
 from gangmesh.plan._checks import InvalidTypeError, check_timeout
 from gangmesh.plan.dims import ROOT
 from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime import default_group
 from gangmesh.runtime.gang import Gang
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
@@ -56,6 +57,11 @@ def wrap_meshes(
 
 
 def _mesh_device(mesh: DeviceMesh) -> torch.device:
+    """The device of a mesh's processes: for "cuda", the one torch bound the default group to
+    (else the current one)."""
     if mesh.device_type == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
+        world = dist.group.WORLD
+        assert isinstance(world, dist.ProcessGroup)
+        bound = default_group.device_of(world)
+        return bound if bound.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
     return torch.device(mesh.device_type)

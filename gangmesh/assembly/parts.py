@@ -25,7 +25,7 @@ from gangmesh.plan.layout import Layout
 from gangmesh.plan.multipart import MultiPartPlan
 from gangmesh.plan.parts import PartsPlan, span_text
 from gangmesh.plan.placement import given_sites, placement_request, this_site
-from gangmesh.runtime.communicators import CommunicatorKey, split
+from gangmesh.runtime.communicators import CommunicatorKey, Parent, split
 from gangmesh.runtime.fake_gang import FakeGang
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
 from gangmesh.runtime.ops import all_gather_objects
@@ -128,7 +128,8 @@ def _split_gang(
         )
     key = _key(job, members, timeout) if mine else None
     try:
-        lease = split(job.as_process_group(), groups, key, label)
+        parent = Parent(job.as_process_group(), job.timeout, job.high_priority)
+        lease = split(parent, groups, key, label)
     except (RuntimeError, ValueError) as ex:
         raise GangError(
             f"creating {label} of ranks {members} failed on rank {job.rank}: {ex}"

@@ -6,7 +6,8 @@ logging wrappers) before they call the ProcessGroup method that does the work. G
 call that method themselves when the tensors are plain: exact ``torch.Tensor`` (no
 subclass to dispatch) of a real dtype that needs no reinterpretation. Anything else
 (DTensor and other subclasses, complex, float8) takes torch's public function. Both
-paths wait for the work as the public functions do, so the effect on streams and the
+paths tell the backend the call is waited for (``asyncOp`` off, as ``async_op=False``
+does) and wait for the work as the public functions do, so the effect on streams and the
 errors raised are the same. The methods and option classes used here are the ones
 c10d backends implement; the test suite runs both paths on every supported torch. The
 private parts (older torch's method names, one option class) come from
@@ -66,16 +67,31 @@ TORCH_OPS = {
 }
 
 
+def _waited(options: Any) -> Any:
+    """``options`` for a call whose work is waited for at once, as the public functions
+    say it (``async_op=False``): NCCL then runs it on the current stream, with no event
+    between that stream and its own."""
+    options.asyncOp = False
+    return options
+
+
+def _wait(work: Any) -> None:
+    """Wait for a waited call's work; a backend that finished it in the call (NCCL, told the
+    call is waited for) hands back none."""
+    if work is not None:
+        work.wait()
+
+
 def _with_op(options: Any, op: ReduceOperation) -> Any:
     options.reduceOp = TORCH_OPS[op]
-    return options
+    return _waited(options)
 
 
 # Option objects are read, never changed, by the calls: one of each serves every call.
 _ALL_REDUCE = {op: _with_op(dist.AllreduceOptions(), op) for op in ReduceOperation}
 _REDUCE_SCATTER = {op: _with_op(dist.ReduceScatterOptions(), op) for op in ReduceOperation}
-_ALL_GATHER = _c10d.allgather_options()
-_ALL_TO_ALL = dist.AllToAllOptions()
+_ALL_GATHER = _waited(_c10d.allgather_options())
+_ALL_TO_ALL = _waited(dist.AllToAllOptions())
 _BROADCAST: dict[int, Any] = {}
 
 
@@ -86,7 +102,7 @@ def plain(tensor: Tensor) -> bool:
 
 def all_reduce(pg: ProcessGroup, tensor: Tensor, op: ReduceOperation) -> None:
     if plain(tensor):
-        pg.allreduce([tensor], _ALL_REDUCE[op]).wait()
+        _wait(pg.allreduce([tensor], _ALL_REDUCE[op]))
     else:
         _public_all_reduce(tensor, TORCH_OPS[op], pg)
 
@@ -95,25 +111,26 @@ def broadcast(pg: ProcessGroup, tensor: Tensor, source_rank: int) -> None:
     if plain(tensor):
         opts = _BROADCAST.get(source_rank)
         if opts is None:
-            opts = _BROADCAST[source_rank] = dist.BroadcastOptions()
+            opts = _BROADCAST[source_rank] = _waited(dist.BroadcastOptions())
             opts.rootRank = source_rank
             opts.rootTensor = 0
-        pg.broadcast([tensor], opts).wait()
+        _wait(pg.broadcast([tensor], opts))
     else:
         _public_broadcast(tensor, group=pg, group_src=source_rank)
 
 
 def all_gather_single(pg: ProcessGroup, output: Tensor, input_: Tensor) -> None:
-    """Gather into ``output``, concatenated along dim 0 (the one form every backend takes)."""
-    if plain(input_) and plain(output):
-        _all_gather_single(pg, output, input_, _ALL_GATHER).wait()
+    """Gather into ``output``, concatenated along dim 0 (the one form every backend takes);
+    both of one dtype, as the gang checked."""
+    if type(input_) is Tensor is type(output) and input_.dtype in _PLAIN:
+        _wait(_all_gather_single(pg, output, input_, _ALL_GATHER))
     else:
         _public_all_gather_single(output, input_, pg)
 
 
 def all_gather(pg: ProcessGroup, outputs: list[Tensor], input_: Tensor) -> None:
     if plain(input_) and all(plain(output) for output in outputs):
-        pg.allgather([outputs], [input_], _ALL_GATHER).wait()
+        _wait(pg.allgather([outputs], [input_], _ALL_GATHER))
     else:
         _public_all_gather(outputs, input_, pg)
 
@@ -121,9 +138,10 @@ def all_gather(pg: ProcessGroup, outputs: list[Tensor], input_: Tensor) -> None:
 def reduce_scatter_single(
     pg: ProcessGroup, output: Tensor, input_: Tensor, op: ReduceOperation
 ) -> None:
-    """Reduce-scatter ``input_``, concatenated along dim 0, into ``output``."""
-    if plain(input_) and plain(output):
-        _reduce_scatter_single(pg, output, input_, _REDUCE_SCATTER[op]).wait()
+    """Reduce-scatter ``input_``, concatenated along dim 0, into ``output``; both of one
+    dtype, as the gang checked."""
+    if type(input_) is Tensor is type(output) and input_.dtype in _PLAIN:
+        _wait(_reduce_scatter_single(pg, output, input_, _REDUCE_SCATTER[op]))
     else:
         _public_reduce_scatter_single(output, input_, TORCH_OPS[op], pg)
 
@@ -136,13 +154,15 @@ def all_to_all_single(
     input_split_sizes: list[int] | None,
 ) -> None:
     if plain(input_) and plain(output):
-        _all_to_all_single(
-            pg,
-            output,
-            input_,
-            output_split_sizes or [],
-            input_split_sizes or [],
-            _ALL_TO_ALL,
-        ).wait()
+        _wait(
+            _all_to_all_single(
+                pg,
+                output,
+                input_,
+                output_split_sizes or [],
+                input_split_sizes or [],
+                _ALL_TO_ALL,
+            )
+        )
     else:
         _public_all_to_all_single(output, input_, output_split_sizes, input_split_sizes, pg)

@@ -23,7 +23,7 @@ from typing import NamedTuple, overload
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d
+from gangmesh.runtime import _c10d, default_group
 
 log = logging.getLogger("gangmesh")
 
@@ -33,6 +33,15 @@ class CommunicatorKey(NamedTuple):
 
     ranks: tuple[int, ...]
     backend: str
+    timeout: timedelta
+    high_priority: bool
+
+
+class Parent(NamedTuple):
+    """A group new groups are split off, with the timeout and stream priority it runs with
+    (a split that makes no group for a process keeps them)."""
+
+    group: ProcessGroup
     timeout: timedelta
     high_priority: bool
 
@@ -124,7 +133,7 @@ class Registry:
     @overload
     def split(
         self,
-        parent: ProcessGroup,
+        parent: Parent,
         groups: Sequence[Sequence[int]],
         mine: CommunicatorKey,
         label: str = ...,
@@ -133,7 +142,7 @@ class Registry:
     @overload
     def split(
         self,
-        parent: ProcessGroup,
+        parent: Parent,
         groups: Sequence[Sequence[int]],
         mine: None,
         label: str = ...,
@@ -141,7 +150,7 @@ class Registry:
 
     def split(
         self,
-        parent: ProcessGroup,
+        parent: Parent,
         groups: Sequence[Sequence[int]],
         mine: CommunicatorKey | None,
         label: str = "gang",
@@ -155,13 +164,15 @@ class Registry:
         ``parent`` enters one split, a process that holds its group already or has none
         without a colour; elsewhere each group is made by its members alone, as
         :meth:`acquire` makes it. The members of a group agree on whether they hold it:
-        they made it together, and release it together.
+        they made it together, and release it together. A split without a colour gets new
+        options with the parent's own timeout and priority: torch 2.9.1 otherwise resets the
+        parent's NCCL timeout to the default (it writes into the parent's options object).
         """
-        backend = dist.get_backend(parent) if mine is None else mine.backend
+        backend = dist.get_backend(parent.group) if mine is None else mine.backend
         if not _c10d.splits_new_groups(backend):
             return None if mine is None else self.acquire(mine, label)
         held = None if mine is None else self._entries.get(mine)
-        parent_ranks = dist.get_process_group_ranks(parent)
+        parent_ranks = dist.get_process_group_ranks(parent.group)
         if not groups or (held is not None and len(held.key.ranks) == len(parent_ranks)):
             if mine is not None and held is None:
                 raise RuntimeError(f"no split of ranks {parent_ranks} makes ranks {mine.ranks}")
@@ -169,18 +180,25 @@ class Registry:
         others = [list(g) for g in groups if held is None or tuple(g) != held.key.ranks]
         if not others and held is not None:  # the one group is this one, held: no colour
             others = [[next(r for r in parent_ranks if r not in held.key.ranks)]]
-        if parent is not dist.group.WORLD:
-            others = [[dist.get_group_rank(parent, r) for r in g] for g in others]
+        if parent.group is not dist.group.WORLD:
+            others = [[dist.get_group_rank(parent.group, r) for r in g] for g in others]
         if mine is None or held is not None:
-            _c10d.split_group(parent, others, 0, timeout=None, options=None, description=None)
+            _c10d.split_group(
+                parent.group,
+                others,
+                0,
+                timeout=parent.timeout,
+                options=_options(backend, parent.timeout, parent.high_priority),
+                description=None,
+            )
             return None if held is None else self._lease(held)
         log.debug("splitting a %s group of ranks %s", mine.backend, mine.ranks)
         group = _c10d.split_group(
-            parent,
+            parent.group,
             others,
             _group_name(mine),
             timeout=mine.timeout,
-            options=_c10d.split_options(mine.backend, mine.timeout, mine.high_priority),
+            options=_options(mine.backend, mine.timeout, mine.high_priority),
             description=_description(label, mine.ranks),
         )
         if group is None:
@@ -225,9 +243,16 @@ class Registry:
             name,
             backend=key.backend,
             timeout=key.timeout,
-            options=_c10d.backend_options(key.backend, key.timeout, key.high_priority),
+            options=_c10d.backend_options(
+                default_group.leading_backend(key.backend), key.timeout, key.high_priority
+            ),
             description=_description(label, key.ranks),
         )
+
+
+def _options(backend: str, timeout: timedelta, high_priority: bool) -> object | None:
+    """New options for a split of a ``backend`` parent (see :func:`_c10d.split_options`)."""
+    return _c10d.split_options(default_group.leading_backend(backend), timeout, high_priority)
 
 
 _generations: Counter[tuple[tuple[int, ...], str]] = Counter()
@@ -282,18 +307,18 @@ def acquire(key: CommunicatorKey, label: str = "gang") -> Lease:
 
 @overload
 def split(
-    parent: ProcessGroup, groups: Sequence[Sequence[int]], mine: CommunicatorKey, label: str = ...
+    parent: Parent, groups: Sequence[Sequence[int]], mine: CommunicatorKey, label: str = ...
 ) -> Lease: ...
 
 
 @overload
 def split(
-    parent: ProcessGroup, groups: Sequence[Sequence[int]], mine: None, label: str = ...
+    parent: Parent, groups: Sequence[Sequence[int]], mine: None, label: str = ...
 ) -> None: ...
 
 
 def split(
-    parent: ProcessGroup,
+    parent: Parent,
     groups: Sequence[Sequence[int]],
     mine: CommunicatorKey | None,
     label: str = "gang",

@@ -70,7 +70,9 @@ def start(
             timeout=timeout,
             rank=rank,
             world_size=world_size,
-            pg_options=_c10d.backend_options(backend, timeout, high_priority),
+            pg_options=_c10d.backend_options(leading_backend(backend), timeout, high_priority),
+            # bound to this process's device (torch 2.15's "nccl" binds one itself otherwise)
+            device_id=device if device.type == "cuda" else None,
         )
     except (RuntimeError, ValueError) as ex:
         why = torch_errors.summary(ex, timeout.total_seconds())
@@ -90,8 +92,32 @@ def running() -> ProcessGroup:
     return world
 
 
+def device_backends(backend: str) -> dict[str, str]:
+    """Device type -> backend, for a torch backend string.
+
+    A mixed string is read as written (``"cpu:gloo,cuda:nccl"``); a plain name serves the
+    device type gangmesh gives it (nccl: cuda, any other: cpu).
+    """
+    if ":" not in backend:
+        return {"cuda" if backend == "nccl" else "cpu": backend}
+    legs = (leg.partition(":") for leg in backend.split(","))
+    return {device.strip(): name.strip() for device, _, name in legs}
+
+
+def leading_backend(backend: str) -> str:
+    """The backend whose options a group of ``backend`` takes: its CUDA leg where it has one."""
+    legs = device_backends(backend)
+    return legs.get("cuda", legs.get("cpu", backend))
+
+
 def device_of(group: ProcessGroup) -> torch.device:
-    """The device a group's collectives take: the current CUDA device for NCCL, else cpu."""
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """The device a group's collectives take: for NCCL (alone or as the CUDA leg of a mixed
+    backend) the device torch bound the group or the default group to, else the current
+    CUDA device; cpu for other backends."""
+    if device_backends(dist.get_backend(group)).get("cuda") != "nccl":
+        return torch.device("cpu")
+    for holder in (group, dist.group.WORLD):
+        bound = getattr(holder, "bound_device_id", None)
+        if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
+            return bound
+    return torch.device("cuda", torch.cuda.current_device())

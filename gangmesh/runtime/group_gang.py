@@ -108,10 +108,13 @@ class GroupGang(PlacedGang):
 
     @override
     def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
-        pg = self._live("all_gather")
-        if input_tensor.dim() == 0:
-            input_tensor = input_tensor.view(1)
-        if output_tensor.dim() != input_tensor.dim():  # stacked or flat: concatenate instead
+        pg = self._pg
+        if pg is None:
+            self._closed("all_gather")
+        dims = input_tensor.dim()
+        if dims == 0:
+            input_tensor, dims = input_tensor.view(1), 1
+        if output_tensor.dim() != dims:  # stacked or flat: concatenate instead
             output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
         try:
             if self._order is None:
@@ -136,10 +139,13 @@ class GroupGang(PlacedGang):
     def _reduce_scatter(
         self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
     ) -> None:
-        pg = self._live("reduce_scatter")
-        if output_tensor.dim() == 0:
-            output_tensor = output_tensor.view(1)
-        if input_tensor.dim() != output_tensor.dim():  # stacked: concatenate instead
+        pg = self._pg
+        if pg is None:
+            self._closed("reduce_scatter")
+        dims = output_tensor.dim()
+        if dims == 0:
+            output_tensor, dims = output_tensor.view(1), 1
+        if input_tensor.dim() != dims:  # stacked: concatenate instead
             input_tensor = input_tensor.view(-1, *output_tensor.shape[1:])
         if self._order is not None:
             input_tensor = torch.cat(self._order.in_group_order(input_tensor.chunk(self._size)))

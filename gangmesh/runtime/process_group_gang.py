@@ -22,7 +22,7 @@ from gangmesh.runtime import (
 )
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime._validate import normalized_device
-from gangmesh.runtime.communicators import CommunicatorKey, Lease, acquire, split
+from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, acquire, split
 from gangmesh.runtime.environment import read_launch_environment
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError
 from gangmesh.runtime.group_gang import GroupGang
@@ -94,10 +94,9 @@ class ProcessGroupGang(GroupGang):
         RANK and WORLD_SIZE. The root gang owns
         the default group: closing it shuts torch.distributed down.
 
-        The default group is not bound to a device: NCCL connects each group gangmesh
-        makes at its first collective. A default group bound to one (torch 2.15's
-        "nccl" binds it itself) makes every group a split of its parent, which gangmesh
-        asks for as torch requires (docs: "How groups are made").
+        A CUDA device is bound to the default group (``device_id``), as torch 2.15's
+        "nccl" binds one itself: each group gangmesh makes is then a split of its
+        parent, which gangmesh asks for as torch requires (docs: "How groups are made").
 
         :param device: the device of this process: ``cpu``, or ``cuda`` with an index.
         :param timeout: timeout of the group and of every group made from it (default
@@ -149,8 +148,9 @@ class ProcessGroupGang(GroupGang):
     ) -> ProcessGroupGang:
         """Wrap torch's default process group, started elsewhere, without owning it.
 
-        :param device: this process's device; default: the current CUDA device for
-            NCCL, else cpu.
+        :param device: this process's device; default, where the group runs NCCL (alone
+            or as a mixed backend's CUDA leg): the device torch bound it to, else the
+            current CUDA device; cpu otherwise.
         :param timeout: the group's timeout, where the backend does not tell it.
         :param monitored: whether barriers name the ranks that did not arrive.
         :param high_priority: whether groups made from this gang use high-priority streams.
@@ -320,7 +320,8 @@ class ProcessGroupGang(GroupGang):
         members = [self._global_ranks[r] for r in ranks]
         mine = self._key(members, self._backend) if self._rank in ranks else None
         try:
-            lease = split(pg, [sorted(members)], mine, f"{self._name}[sub]")
+            parent = Parent(pg, self._timeout, self._high_priority)
+            lease = split(parent, [sorted(members)], mine, f"{self._name}[sub]")
         except (RuntimeError, ValueError) as ex:
             why = torch_errors.summary(ex, self.timeout.total_seconds())
             raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {why}") from ex

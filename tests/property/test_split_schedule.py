@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.distributed.device_mesh import init_device_mesh
 
 import gangmesh as gm
 from gangmesh.plan.topology import MeshTopology
@@ -30,14 +32,16 @@ from gangmesh.testing.strategies import layouts
 
 @dataclass(frozen=True)
 class Request:
-    """One process's part in a collective creation: the parent's ranks, the groups asked
-    for, and the group this process gets (None: it takes part without one). ``one_group``:
-    a new_group call, which every process of the parent makes for the same group."""
+    """One process's part in a collective creation: the parent (its name, alike on every
+    process, and its ranks), the groups asked for, and the group this process gets (None: it
+    takes part without one). ``one_group``: a group torch makes the way new_group does, which
+    every process of the parent must make, for the same group."""
 
     parent: tuple[int, ...]
     groups: frozenset[tuple[int, ...]]
     mine: tuple[int, ...] | None
     one_group: bool = False
+    parent_name: str = "world"
 
 
 @dataclass
@@ -50,33 +54,73 @@ class Recording:
         self.requests[rank].append(request)
 
 
-def _recording_split(recording: Recording, rank: int, new_group: Callable[..., Any]) -> Any:
-    """torch's split_group for the fake backend, which cannot split: each member gets a fake
-    group of its split's ranks; every call is recorded."""
+@dataclass
+class TorchStandIn:
+    """What torch's group creation sees from one process of a fake world that gangmesh
+    takes for one bound to a device: each split and each group torch makes (at
+    ``_new_process_group_helper``, where every new_group ends), recorded; the fake backend
+    cannot split, so each member of a split gets a fake group of its ranks.
 
-    def split_group(parent: Any, split_ranks: list[list[int]], **_: Any) -> Any:
+    Every group made by a split is named by its parent's name, the split's number among
+    that parent's and its ranks, the same on every process that follows one schedule; two
+    groups of the same ranks stay two parents. Every split must carry a timeout: the new
+    group's, or, without a colour, the parent's own (torch 2.9.1 resets the parent's
+    timeout otherwise).
+    """
+
+    recording: Recording
+    rank: int
+    world: Any
+    world_timeout: timedelta
+    new_group: Callable[..., Any]
+    make_group: Callable[..., Any]
+    names: dict[int, str] = field(default_factory=dict)
+    timeouts: dict[int, timedelta] = field(default_factory=dict)
+    splits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    splitting: bool = False
+
+    def __post_init__(self) -> None:
+        self.names[id(self.world)] = "world"
+        self.timeouts[id(self.world)] = self.world_timeout
+
+    def split_group(
+        self, parent: Any, split_ranks: list[list[int]], *, timeout: Any = None, **_: Any
+    ) -> Any:
         parent_ranks = dist.get_process_group_ranks(parent)
+        name = self.names.get(id(parent))
+        assert name is not None, f"a split of ranks {parent_ranks}, not made by a split"
         groups = frozenset(tuple(sorted(parent_ranks[r] for r in g)) for g in split_ranks)
-        mine = next((g for g in groups if rank in g), None)
-        recording.record(rank, Request(tuple(parent_ranks), groups, mine))
+        mine = next((g for g in groups if self.rank in g), None)
+        expected = self.timeouts[id(parent)] if mine is None else None
+        assert isinstance(timeout, timedelta) and timeout == (expected or timeout), (
+            f"a split of {name} without a colour carries timeout {timeout}, "
+            f"not the parent's {expected}"
+        )
+        request = Request(tuple(parent_ranks), groups, mine, parent_name=name)
+        self.recording.record(self.rank, request)
+        number = self.splits[name]
+        self.splits[name] += 1
         if mine is None:
             return None
-        return new_group(list(mine), use_local_synchronization=True)
+        self.splitting = True
+        try:
+            group = self.new_group(list(mine), use_local_synchronization=True)
+        finally:
+            self.splitting = False
+        self.names[id(group)] = f"{name}/{number}:{','.join(map(str, mine))}"
+        self.timeouts[id(group)] = timeout
+        return group
 
-    return split_group
-
-
-def _recording_new_group(recording: Recording, rank: int, new_group: Callable[..., Any]) -> Any:
-    """torch's new_group, recorded: under a bound default group it splits off the world, so
-    every process of the world must call it for every group."""
-
-    def recorded(ranks: list[int], *args: Any, **kwargs: Any) -> Any:
-        world = tuple(range(dist.get_world_size()))
-        made = tuple(ranks)
-        recording.record(rank, Request(world, frozenset([made]), made, one_group=True))
-        return new_group(ranks, *args, **kwargs)
-
-    return recorded
+    def make(self, size: int, group_rank: Any, ranks: list[int], backend: Any, *a: Any,
+             **k: Any) -> Any:  # fmt: skip
+        """torch's _new_process_group_helper: where torch makes every group new_group asks
+        for. Under a bound world every process of the world must make it."""
+        if not self.splitting and str(backend) == dist.get_backend(self.world):
+            made = tuple(ranks)
+            mine = made if self.rank in made else None
+            world = tuple(range(dist.get_world_size()))
+            self.recording.record(self.rank, Request(world, frozenset([made]), mine, True))
+        return self.make_group(size, group_rank, ranks, backend, *a, **k)
 
 
 @contextmanager
@@ -84,17 +128,21 @@ def bound_rank(
     recording: Recording, world_size: int, rank: int, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[gm.ProcessGroupGang]:
     """The root gang of ``rank`` in a fake world that gangmesh takes for one bound to a
-    device, torch's group creation recorded."""
+    device, torch's group creation recorded (:class:`TorchStandIn`)."""
     _c10d.ensure_fake_backend()
     root = gm.ProcessGroupGang.create_default_process_group(
         torch.device("cpu"), backend="fake", store=dist.HashStore(), rank=rank,
         world_size=world_size,
     )  # fmt: skip
-    new_group = dist.new_group
+    c10d = dist.distributed_c10d
+    torch_side = TorchStandIn(
+        recording, rank, dist.group.WORLD, root.timeout, dist.new_group,
+        c10d._new_process_group_helper,
+    )  # fmt: skip
     with monkeypatch.context() as patch:
         patch.setattr(_c10d, "splits_new_groups", lambda backend: True)
-        patch.setattr(dist, "split_group", _recording_split(recording, rank, new_group))
-        patch.setattr(dist, "new_group", _recording_new_group(recording, rank, new_group))
+        patch.setattr(dist, "split_group", torch_side.split_group)
+        patch.setattr(c10d, "_new_process_group_helper", torch_side.make)
         try:
             yield root
         finally:
@@ -105,17 +153,20 @@ def assert_one_schedule(recording: Recording, world_size: int) -> None:
     """Every request is entered by every process of its parent, the members of each group
     made agreeing on it; and some order of the requests lets every process make
     its own in its own order (no two parents waited on in opposite orders)."""
-    steps: dict[tuple[tuple[int, ...], int], dict[int, Request]] = defaultdict(dict)
-    order: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    steps: dict[tuple[str, int], dict[int, Request]] = defaultdict(dict)
+    order: dict[int, list[tuple[str, int]]] = {}
     for rank in range(world_size):
-        count: dict[tuple[int, ...], int] = defaultdict(int)
+        count: dict[str, int] = defaultdict(int)
         order[rank] = []
         for request in recording.requests[rank]:
-            step = (request.parent, count[request.parent])
-            count[request.parent] += 1
+            step = (request.parent_name, count[request.parent_name])
+            count[request.parent_name] += 1
             steps[step][rank] = request
             order[rank].append(step)
-    for (parent, index), entered in steps.items():
+    for (parent_name, index), entered in steps.items():
+        parents = {request.parent for request in entered.values()}
+        assert len(parents) == 1, f"split {index} of {parent_name} has parents {parents}"
+        (parent,) = parents
         assert sorted(entered) == list(parent), (
             f"split {index} of parent {parent} entered by {sorted(entered)} only"
         )
@@ -211,7 +262,8 @@ def test_members_alone_making_a_group_is_caught():
 
 def test_opposite_orders_are_caught():
     recording = Recording()
-    a, b = Request((0, 1), frozenset([(0, 1)]), (0, 1)), Request((0, 1, 2), frozenset(), None)
+    a = Request((0, 1), frozenset([(0, 1)]), (0, 1), parent_name="world/0:0,1")
+    b = Request((0, 1, 2), frozenset(), None)
     recording.requests.update({0: [a, b], 1: [b, a], 2: [b]})
     with pytest.raises(AssertionError, match="opposite orders"):
         assert_one_schedule(recording, 3)
@@ -262,4 +314,30 @@ def test_parts_their_gangs_and_bridges_split_as_every_process_of_the_parent_asks
                 assert gang is None
             gangs.close()
             parts.close()
+    assert_one_schedule(recording, world)
+
+
+@SCHEDULES
+@given(plan=layouts(max_world_size=12, orders=False), data=st.data())
+def test_placed_gangs_and_wrapped_meshes_split_as_every_process_of_the_parent_asks(
+    plan: MeshTopology, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+):
+    # placement (given sites, shuffled among hosts) and a user's mesh wrapped with from_mesh,
+    # whose missing flattened groups gangmesh splits off the default group.
+    world = plan.world_size
+    hosts = data.draw(st.lists(st.sampled_from("abcd"), min_size=world, max_size=world))
+    sites = [gm.Site(host) for host in hosts]
+    dims = {name: plan.size_of(name) for name in ("pp", "dp_replicate", "dp_shard", "cp", "tp")}
+    names = tuple(name for name, size in dims.items() if size > 1) or ("dp_shard",)
+    recording = Recording()
+    for rank in range(world):
+        with bound_rank(recording, world, rank, monkeypatch) as root:
+            placed = gm.create_gangs(root, **plan.layout.keywords(), placement=sites)
+            assert_gangs_match(placed, placed.plan, rank)
+            mesh = init_device_mesh("cpu", tuple(dims.get(n, world) for n in names),
+                                    mesh_dim_names=names)  # fmt: skip
+            wrapped = gm.Gangs.from_mesh(mesh, timeout=timedelta(seconds=40))
+            assert_gangs_match(wrapped, wrapped.plan, rank)
+            wrapped.close()
+            placed.close()
     assert_one_schedule(recording, world)

@@ -142,3 +142,17 @@ def test_split_options_are_new_for_nccl_and_the_parents_for_others():
         options = _c10d.split_options("nccl", timedelta(seconds=3), True)
         assert options._timeout == timedelta(seconds=3)
         assert options.is_high_priority_stream is True
+
+
+def test_backend_calls_tell_the_backend_they_are_waited_for(gloo_world):
+    # as torch's functions do with async_op=False: NCCL then runs them on the current stream
+    tensor = torch.ones(2)
+    _backend.broadcast(gloo_world, tensor, 0)
+    options = [
+        *_backend._ALL_REDUCE.values(),
+        *_backend._REDUCE_SCATTER.values(),
+        _backend._ALL_GATHER,
+        _backend._ALL_TO_ALL,
+        *_backend._BROADCAST.values(),
+    ]
+    assert [o.asyncOp for o in options] == [False] * len(options)

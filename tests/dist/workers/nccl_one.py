@@ -1,6 +1,7 @@
 """One process on one GPU through gangmesh's NCCL path: every collective of the root gang,
-NCCL's options (timeout, high-priority streams), a mesh on "cuda", FSDP2 over it, and a
-sub-gang made with create_gang."""
+NCCL's options (timeout, high-priority streams), the default group bound to the device, a
+split with another timeout that leaves the parent's alone, a mesh on "cuda", FSDP2 over it,
+and a sub-gang made with create_gang."""
 
 import os
 from datetime import timedelta
@@ -21,6 +22,7 @@ results: dict[str, object] = {
     "nccl": torch.distributed.get_backend(pg),
     "high_priority": bool(options.is_high_priority_stream),
     "timeout_s": options._timeout.total_seconds(),
+    "bound": str(getattr(torch.distributed.group.WORLD, "bound_device_id", None)),
 }
 
 x = torch.arange(4.0, device=device)
@@ -39,6 +41,10 @@ try:
     results["cpu_tensor"] = "accepted"
 except ValueError as ex:
     results["cpu_tensor"] = str(ex)
+
+shorter = gm.create_gangs(gang, timeout=timedelta(seconds=30))  # a split where torch splits
+results["root_timeout_after_split_s"] = pg._get_backend(device).options._timeout.total_seconds()
+shorter.close()
 
 gangs = gm.create_gangs(gang)
 assert gangs.mesh is not None
