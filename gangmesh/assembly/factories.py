@@ -15,7 +15,7 @@ from gangmesh.assembly import mesh_build
 from gangmesh.assembly.agreement import LayoutAgreement
 from gangmesh.assembly.gangs import Gangs
 from gangmesh.assembly.roots import check_root
-from gangmesh.plan._checks import check_positive, check_timeout
+from gangmesh.plan._checks import InvalidTypeError, check_positive, check_timeout
 from gangmesh.plan.cluster import Site
 from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import DENSE_DIMS
@@ -208,6 +208,8 @@ def create_fsdp_gangs(gangs: Gangs, intra_node_size: int | None = None) -> Gangs
     :raises ValueError: ``intra_node_size`` does not divide ``gangs.dp.size``
         (in a job of one process, saying how to start more).
     """
+    if not isinstance(gangs, Gangs):
+        raise InvalidTypeError(f"gangs: expected Gangs, got {type(gangs).__name__}")
     dp_size = gangs.dp.size
     if intra_node_size is None:
         replicate, shard = 1, dp_size

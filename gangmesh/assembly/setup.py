@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 from gangmesh.assembly.agreement import disagreement
 from gangmesh.assembly.rendezvous import job_store, meet, started_with
-from gangmesh.plan._checks import InvalidTypeError, check_timeout
+from gangmesh.plan._checks import InvalidTypeError, check_flag, check_timeout
+from gangmesh.runtime._validate import check_cuda_device
 from gangmesh.runtime.default_group import backend_for, default_device
 from gangmesh.runtime.environment import LaunchEnvironment, read_launch_environment
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
@@ -57,6 +58,10 @@ def setup_root_gang(
     """
     if device is not None and not isinstance(device, torch.device):
         raise InvalidTypeError(f"device: expected a torch.device or None, got {device!r}")
+    if device is not None and device.type == "cuda":
+        check_cuda_device(device)
+    check_flag("monitored", monitored)
+    check_flag("high_priority", high_priority)
     timeout = check_timeout(timeout)
     if dist.is_available() and dist.is_initialized():
         return ProcessGroupGang.from_default_process_group(

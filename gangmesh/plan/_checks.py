@@ -35,11 +35,44 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
+MAX_WORLD_SIZE = 2**62
+"""The largest world a plan lays out: rank arithmetic stays within int64."""
+
+MAX_LISTED_RANKS = 2**26
+"""The largest world whose every group a plan lists at once (512 MiB of int64 ranks);
+larger worlds are answered per rank."""
+
+
+def check_world_size(value: object) -> int:
+    """Return ``value`` if it is a world size a plan can lay out."""
+    world = check_positive("world_size", value)
+    if world > MAX_WORLD_SIZE:
+        raise ValueError(f"world_size: expected at most 2**62 processes, got {world}")
+    return world
+
+
+def check_listable(name: str, count: int, what: str) -> None:
+    """Raise, naming argument ``name``, unless ``what`` may list ``count`` ranks at once."""
+    if count > MAX_LISTED_RANKS:
+        raise ValueError(
+            f"{name}: {what} lists {count} ranks, more than the {MAX_LISTED_RANKS} (2**26) a "
+            f"plan lists at once; ask per rank (group_of, rank_in, coordinate)"
+        )
+
+
 def check_positive(name: str, value: object) -> int:
     """Return ``value`` if it is an int >= 1; ValueError/TypeError otherwise."""
     number = check_int(name, value)
     if number < 1:
         raise ValueError(f"{name}: expected an int >= 1, got {number}")
+    return number
+
+
+def check_count(name: str, value: object) -> int:
+    """Return ``value`` if it is an int >= 0; ValueError/TypeError otherwise."""
+    number = check_int(name, value)
+    if number < 0:
+        raise ValueError(f"{name}: expected an int >= 0, got {number}")
     return number
 
 

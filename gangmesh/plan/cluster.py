@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gangmesh.plan._checks import check_positive
+from gangmesh.plan._checks import InvalidTypeError, check_listable, check_positive
 
 
 def check_ranks_per_node(world_size: int, ranks_per_node: int) -> int:
@@ -53,6 +53,14 @@ class Site:
     """The NVLink domain (e.g. an NVL72 system); empty: unknown (the host stands alone)."""
     rack: str = ""
     """The rack; empty: unknown."""
+
+    def __post_init__(self) -> None:
+        for name in ("host", "domain", "rack"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidTypeError(f"{name}: expected a string, got {value!r}")
+        if not self.host:
+            raise ValueError("host: expected a host name, got an empty string")
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +105,8 @@ class Cluster:
             world and does not divide it, or racks without domains.
         """
         world = check_positive("world_size", world_size)
+        check_positive("ranks_per_node", ranks_per_host)
+        check_listable("world_size", world, "a locality check")
         sizes = [("ranks_per_node", ranks_per_host), ("hosts_per_domain", hosts_per_domain)]
         if domains_per_rack is not None and hosts_per_domain is None:
             raise ValueError(
@@ -119,7 +129,7 @@ class Cluster:
                     f"{name}: expected {level}s of {span} ranks to divide world_size {world} "
                     f"(every {level} holds the same number of ranks), got {name}={size}"
                 )
-            units[level] = ranks // span
+            units[level] = ranks // min(span, world)  # one unit holds a world it exceeds
             capacity[level] = span
         return cls(world, units, capacity, True)
 
@@ -133,8 +143,13 @@ class Cluster:
         :param sites: the site of each global rank.
         :raises ValueError: ``sites`` is empty.
         """
+        if isinstance(sites, (str, bytes)) or not isinstance(sites, Sequence):
+            raise InvalidTypeError(f"sites: expected a sequence of Sites, got {sites!r}")
         if not sites:
             raise ValueError("sites: expected the site of every rank, got none")
+        for rank, site in enumerate(sites):
+            if not isinstance(site, Site):
+                raise InvalidTypeError(f"sites[{rank}]: expected a Site, got {site!r}")
         keys = [
             [s.host for s in sites],
             [(s.domain or f"host {s.host}") for s in sites],

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from gangmesh.plan._checks import check_index
+from gangmesh.plan._checks import check_count, check_index
 from gangmesh.plan.dims import EXPERT_DIMS
 from gangmesh.plan.view import View, named_view
 
@@ -142,6 +142,7 @@ class GroupQueries:
         :param dim: a dimension name or alias, or a tuple of dimension names.
         :param count: how many groups, at most.
         """
+        count = check_count("count", count)
         view, names = self._view_of(dim)
         return view.first_groups(names, count)
 

@@ -195,6 +195,11 @@ def parse_order(order: OrderArg) -> tuple[Dim, ...]:
     """
     if order is None:
         return DENSE_DIMS
+    if not isinstance(order, (str, Sequence)):  # a set has no order; a number is no name
+        raise InvalidTypeError(
+            f"order: expected the names {', '.join(DENSE_DIMS)} in a sequence or a "
+            f"comma-separated string, outermost first, got {order!r}"
+        )
     if isinstance(order, str) and "-" in order and "," not in order:
         return _parse_megatron(order)
     names = tuple(order.split(",")) if isinstance(order, str) else tuple(order)

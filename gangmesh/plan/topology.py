@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from typing_extensions import Unpack, final, override
 
-from gangmesh.plan._checks import check_positive, check_rank_order
+from gangmesh.plan._checks import check_rank_order, check_world_size
 from gangmesh.plan.cluster import Cluster, Site
 from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import (
@@ -102,7 +102,7 @@ class MeshTopology(GroupQueries):
     @with_keywords(LayoutKeywords, LAYOUT_DEFAULTS)
     def __init__(self, world_size: int, **keywords: Unpack[LayoutKeywords]) -> None:
         layout = Layout(**keywords)
-        self._lay_out(check_positive("world_size", world_size), layout)
+        self._lay_out(check_world_size(world_size), layout)
 
     @classmethod
     def from_layout(cls, world_size: int, layout: Layout) -> MeshTopology:
@@ -116,7 +116,7 @@ class MeshTopology(GroupQueries):
         :raises ValueError: as :class:`MeshTopology` does.
         """
         plan = cls.__new__(cls)
-        plan._lay_out(check_positive("world_size", world_size), layout)
+        plan._lay_out(check_world_size(world_size), layout)
         return plan
 
     def _lay_out(self, world_size: int, layout: Layout) -> None:

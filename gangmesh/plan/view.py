@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gangmesh.plan._checks import InvalidTypeError, check_listable
 from gangmesh.plan.dims import ALIASES, DENSE_DIMS, EXPERT_DIMS, FACTS, SHARED_DIMS, Dim
 
 
@@ -106,8 +107,13 @@ class View:
         return dict(zip(self.names, along, strict=True))
 
     def grid(self) -> np.ndarray:
-        """The global ranks laid out in this view's shape (the DeviceMesh tensor)."""
-        ranks = np.arange(math.prod(self.sizes), dtype=np.int64)
+        """The global ranks laid out in this view's shape (the DeviceMesh tensor).
+
+        :raises ValueError: a world too large to list (:func:`check_listable`).
+        """
+        world = math.prod(self.sizes)
+        check_listable("world_size", world, "listing every group")
+        ranks = np.arange(world, dtype=np.int64)
         return self.ranks(ranks).reshape(self.sizes)
 
     def placed_over(self, ranks: np.ndarray) -> View:
@@ -136,6 +142,9 @@ class View:
         :param rank: a global rank.
         :param names: distinct dimensions of this view, in its order.
         """
+        check_listable(
+            "dim", math.prod(self.size(name) for name in names), f"a group along {names}"
+        )
         position = self._position(rank)
         coordinate = self._coordinate(position)
         base = position - sum(coordinate[name] * self.stride(name) for name in names)
@@ -232,6 +241,8 @@ def named_view(
     :raises ValueError: unknown names, repeats, names out of mesh order or names of the
         dense and the expert view together.
     """
+    if not isinstance(dim, (str, tuple)) or not all(isinstance(name, str) for name in dim):
+        raise InvalidTypeError(f"dim: expected a dimension name or a tuple of names, got {dim!r}")
     names = ALIASES.get(dim, (dim,)) if isinstance(dim, str) else tuple(dim)
     if not names:
         raise ValueError("dim: expected at least one dimension name, got ()")

@@ -18,6 +18,20 @@ Splits: TypeAlias = tuple[list[int] | None, list[int] | None]
 to each rank; None for equal chunks."""
 
 
+def check_cuda_device(device: torch.device) -> None:
+    """Raise unless this machine has CUDA device ``device``."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(
+            f"device: expected a device this machine has, got {device}; torch sees no CUDA "
+            f"device here (torch {torch.__version__}); use cpu"
+        )
+    if device.index is not None and not 0 <= device.index < count:
+        raise ValueError(
+            f"device: expected cuda:0 to cuda:{count - 1} (this machine has {count}), got {device}"
+        )
+
+
 def normalized_device(device: object) -> torch.device:
     """``device`` with the index a tensor on it reports (``cuda`` -> ``cuda:<current>``).
 

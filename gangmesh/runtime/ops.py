@@ -13,6 +13,11 @@ from gangmesh.plan._checks import InvalidTypeError
 from gangmesh.runtime.gang import Gang, ReduceOperation
 
 
+def _check_gang(gang: object) -> None:
+    if not isinstance(gang, Gang):
+        raise InvalidTypeError(f"gang: expected a Gang, got {type(gang).__name__}")
+
+
 def broadcast_flag(gang: Gang, flag: bool, source_rank: int = 0) -> bool:
     """The ``flag`` of gang rank ``source_rank``, on every process.
 
@@ -26,6 +31,7 @@ def broadcast_flag(gang: Gang, flag: bool, source_rank: int = 0) -> bool:
     :param source_rank: the gang rank whose flag every process gets.
     :raises TypeError: ``flag`` is not a bool (or an int used as one).
     """
+    _check_gang(gang)
     if not isinstance(flag, (bool, int)):
         raise InvalidTypeError(f"flag: expected a bool, got {flag!r}")
     tensor = torch.tensor(bool(flag), device=gang.device)
@@ -45,6 +51,7 @@ def all_sum(gang: Gang, value: float | int | Tensor) -> Tensor:
     :param value: this process's number or real tensor.
     :raises TypeError: ``value`` is neither a real number nor a real tensor.
     """
+    _check_gang(gang)
     if not _is_number(value) and not (isinstance(value, Tensor) and not value.is_complex()):
         raise InvalidTypeError(f"value: expected a real number or tensor, got {value!r}")
     tensor = torch.as_tensor(value, device=gang.device).clone()
@@ -73,6 +80,7 @@ def all_reduce_dict(
     :raises TypeError: ``data`` is not a mapping, or a value is neither a real
         number nor a real tensor.
     """
+    _check_gang(gang)
     if not isinstance(data, Mapping):
         raise InvalidTypeError(
             f"data: expected a mapping of str to numbers or tensors, got {data!r}"
@@ -121,6 +129,7 @@ def all_gather_objects(gang: Gang, obj: Any) -> list[Any]:
     :param gang: the gang to gather over.
     :param obj: this process's object.
     """
+    _check_gang(gang)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     lengths = torch.empty(gang.size, dtype=torch.int64, device=gang.device)
     gang.all_gather(lengths, torch.tensor([payload.numel()], device=gang.device))

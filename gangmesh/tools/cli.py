@@ -2,8 +2,7 @@
 
 Its arguments, its error messages and its exit codes; the commands run in
 :mod:`gangmesh.tools.plan_command` and :mod:`gangmesh.tools.check_command`. ``plan`` needs
-numpy only:
-this module imports the check (and with it torch) only when the ``check`` command runs.
+numpy only: this module imports the check (and with it torch) only when ``check`` runs.
 """
 
 from __future__ import annotations
@@ -62,9 +61,20 @@ class _HelpFormatter(argparse.HelpFormatter):
         return text
 
 
+def _int(text: str) -> int:
+    """An int option's value: an int of at most 2**62 either way, else a one-line error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+    if abs(value) > 2**62:
+        raise argparse.ArgumentTypeError(f"expected an int of at most 2**62, got {text}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit code 2; an unknown option is
-    named first (before a missing one), after the usage line, with the closest option."""
+    named first (before a missing one), with the closest option."""
 
     @override
     def error(self, message: str) -> NoReturn:
@@ -90,10 +100,8 @@ class _Parser(argparse.ArgumentParser):
             valid = [option[2:].replace("-", "_") for option in known]
             guess = closest(name[2:].replace("-", "_"), valid)
             hint = f"; did you mean --{guess.replace('_', '-')}?" if guess else ""
-            self.exit(
-                USAGE_ERROR,
-                f"{self.format_usage()}{self.prog}: error: unknown option {name}{hint}\n",
-            )
+            text = f"unknown option {name}{hint} (see {self.prog} --help)"
+            self.exit(USAGE_ERROR, f"{self.prog}: error: {text}\n")
 
 
 class _Size(argparse.Action):
@@ -118,7 +126,7 @@ def _add_dim_arguments(parser: argparse.ArgumentParser) -> None:
     for name in SIZE_NAMES:
         facts = FACTS[name]
         group.add_argument(
-            option(name), type=int, default=facts.default, help=facts.help, action=_Size
+            option(name), type=_int, default=facts.default, help=facts.help, action=_Size
         )
     group.add_argument(
         "--order",
@@ -198,21 +206,21 @@ def build_parsers(
         formatter_class=formatter,
     )
     check.add_argument(
-        "--nproc", type=int, help="local processes (default: 4, or the sum of the --part sizes)"
+        "--nproc", type=_int, help="local processes (default: 4, or the sum of the --part sizes)"
     )
     _add_dim_arguments(check)
     _add_part_argument(check)
     check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
     check.add_argument(
         "--iters",
-        type=int,
+        type=_int,
         default=10,
         help="timed all_reduces per size, and timed barriers per gang",
     )
     check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     check.add_argument(
         "--ranks-per-node",
-        type=int,
+        type=_int,
         help="processes per node, for the locality report (default: the launcher's local "
         "world size, if any)",
     )
@@ -226,7 +234,7 @@ def build_parsers(
         "--json", help="write the results as JSON to this file, or to standard output for -"
     )
     check.add_argument("--init-method", help=argparse.SUPPRESS)
-    check.add_argument("--inject-rank", type=int, help=argparse.SUPPRESS)
+    check.add_argument("--inject-rank", type=_int, help=argparse.SUPPRESS)
     check.add_argument(
         "--inject-fault",
         choices=("exit", "kill", "stop", "slow"),
@@ -239,32 +247,32 @@ def build_parsers(
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument(
         "--world-size",
-        type=int,
+        type=_int,
         help="number of processes (required without --part; with --part, the sum of the "
         "parts' sizes by default)",
     )
     _add_part_argument(plan)
     plan.add_argument(
         "--ranks-per-node",
-        type=int,
-        help="processes per node (a factor of the world size): draws nodes and checks that "
-        "the gangs which should stay on one node do (default: no locality check)",
+        type=_int,
+        help="processes per node (a factor of the world size, or the world on one node): draws "
+        "nodes and checks that the gangs meant to stay on one node do (default: no check)",
     )
     plan.add_argument(
         "--hosts-per-domain",
-        type=int,
+        type=_int,
         help="nodes per NVLink domain (consecutive nodes; needs --ranks-per-node): also "
         "checks that the gangs which should stay in one domain do",
     )
     plan.add_argument(
         "--domains-per-rack",
-        type=int,
+        type=_int,
         help="NVLink domains per rack (needs --hosts-per-domain): also checks racks",
     )
     _add_dim_arguments(plan)
     plan.add_argument(
         "--rank",
-        type=int,
+        type=_int,
         help="also show this rank's coordinate and gangs (table, JSON), or outline its "
         "groups (SVG)",
     )

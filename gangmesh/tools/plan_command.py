@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from gangmesh.plan._checks import MAX_LISTED_RANKS
 from gangmesh.plan.cluster import Cluster
 from gangmesh.plan.dims import SIZE_NAMES
 from gangmesh.plan.layout import Layout
@@ -64,6 +65,11 @@ def run_plan(args: argparse.Namespace) -> int:
 def _plan_output(args: argparse.Namespace) -> tuple[str, list[str]]:
     """The text of the plan of one layout, and the findings to fix (labels)."""
     plan = MeshTopology.from_layout(args.world_size, layout_of(args))
+    if plan.world_size > MAX_LISTED_RANKS:  # every format lists groups
+        raise Failure(
+            f"--world-size: gangmesh plan lists groups, of at most {MAX_LISTED_RANKS} (2**26) "
+            f"ranks; got {plan.world_size} (MeshTopology answers larger worlds per rank)"
+        )
     if args.rank is not None:
         plan.coordinate(args.rank)
     per_node = args.ranks_per_node
