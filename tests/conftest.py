@@ -1,5 +1,8 @@
 """Test-wide settings."""
 
+import os
+
+import pytest
 from hypothesis import settings
 
 # pytester runs pytest sessions in a temporary directory (tests of the gangmesh pytest plugin).
@@ -9,3 +12,12 @@ pytest_plugins = ["pytester"]
 # slow example into a failure.
 settings.register_profile("gangmesh", deadline=None)
 settings.load_profile("gangmesh")
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester, its sessions without pytest-benchmark (where installed), as the suite's
+    own: it warns on every parallel run."""
+    given = os.environ.get("PYTEST_ADDOPTS", "")
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{given} -p no:benchmark".strip())
+    return pytester

@@ -83,7 +83,11 @@ def checked_dims(plan: Plan) -> list[Dim]:
 
     :param plan: the layout to check.
     """
-    return [name for name in LOCALITY_PRIORITY if plan.size_of(name) > 1 and _checks(plan, name)]
+    return [
+        name
+        for name in LOCALITY_PRIORITY
+        if plan.size_of(name) > 1 and _built(plan, name) and _checks(plan, name)
+    ]
 
 
 def unchecked_dims(plan: Plan) -> list[Dim]:
@@ -96,8 +100,15 @@ def unchecked_dims(plan: Plan) -> list[Dim]:
         for name in MESH_DIMS
         if FACTS[name].node_check in ("meant_to_cross", "with_replicas")
         and plan.size_of(name) > 1
+        and _built(plan, name)
         and not _checks(plan, name)
     ]
+
+
+def _built(plan: Plan, name: Dim) -> bool:
+    """Whether the job builds ``name``'s gangs: an expert dimension only where it uses
+    experts (a dense job builds none)."""
+    return not FACTS[name].expert or plan.layout.uses_experts
 
 
 def _checks(plan: Plan, name: Dim) -> bool:

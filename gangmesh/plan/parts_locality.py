@@ -109,13 +109,21 @@ def part_findings(
     nodes = sorted(set(shared))
     others = sorted({p for node in nodes for p in _others(parts, name, node, per_node)},
                     key=parts.names.index)  # fmt: skip
-    message = (
-        f"{ROOT}: part {name} (ranks {span[0]}-{span[-1]}) shares node"
-        f"{'s' if len(nodes) > 1 else ''} {nodes} with part{'s' if len(others) > 1 else ''} "
-        f"{', '.join(others)}, so their traffic shares the node's links; parts of whole nodes "
-        f"({per_node} ranks each) keep them apart"
-    )
-    first = LocalityFinding(ROOT, list(span), nodes, message, True, "node", 1)
+    with_others = f"part{'s' if len(others) > 1 else ''} {', '.join(others)}"
+    one_host = per_node >= parts.world_size
+    if one_host:  # expected: nothing to change
+        message = (
+            f"{ROOT}: one host: part {name} (ranks {span[0]}-{span[-1]}) shares it with "
+            f"{with_others}, as every part of a job on one host does"
+        )
+    else:
+        message = (
+            f"{ROOT}: part {name} (ranks {span[0]}-{span[-1]}) shares node"
+            f"{'s' if len(nodes) > 1 else ''} {nodes} with {with_others}, so their traffic "
+            f"shares the node's links; parts of whole nodes ({per_node} ranks each) keep "
+            f"them apart"
+        )
+    first = LocalityFinding(ROOT, list(span), nodes, message, not one_host, "node", 1)
     return [first, *findings]
 
 

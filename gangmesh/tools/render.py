@@ -36,6 +36,28 @@ def shown_dims(plan: MeshTopology) -> tuple[Dim, ...]:
     return (*plan.order, *dense, *expert)
 
 
+def shown_sizes(plan: MeshTopology) -> dict[str, int]:
+    """The plan's sizes, without ep and etp where the job uses no experts (both are 1)."""
+    sizes = plan.sizes()
+    return sizes if plan.uses_experts else {k: sizes[k] for k in plan.order}
+
+
+def plan_title(plan: MeshTopology) -> str:
+    """The plan as its constructor call, its expert sizes left out where it uses none."""
+    if plan.uses_experts:
+        return repr(plan)
+    return repr(plan).replace(", ep=1, etp=1", "", 1)  # a dense plan's are always these
+
+
+def shown_coordinate(plan: MeshTopology, rank: int) -> dict[str, int]:
+    """A rank's coordinate along the mesh's dimensions, and the expert view's where the job
+    uses experts."""
+    coordinate = plan.coordinate(rank)
+    if plan.uses_experts:
+        return coordinate
+    return {name: coordinate[name] for name in plan.order}
+
+
 def megatron_order(plan: MeshTopology) -> str | None:
     """The plan's order as Megatron-Core writes it; None where it cannot."""
     try:
@@ -58,7 +80,7 @@ def plan_table(
     ``offset`` shows the plan's ranks shifted by it (a part of a job at that global rank;
     ``rank`` is global then too), and ``findings`` replaces the plan's own locality check.
     """
-    lines = [f"{plan!r}" + _node_text(plan, ranks_per_node, offset)]
+    lines = [plan_title(plan) + _node_text(plan, ranks_per_node, offset)]
     megatron = megatron_order(plan)
     spelled = (
         f"; as Megatron-Core's order argument, innermost first: {megatron}" if megatron else ""
@@ -73,7 +95,7 @@ def plan_table(
         lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
     if rank is not None:
         local = rank - offset
-        coordinate = " ".join(f"{k}={v}" for k, v in plan.coordinate(local).items())
+        coordinate = " ".join(f"{k}={v}" for k, v in shown_coordinate(plan, local).items())
         lines.append(f"rank {rank}: {coordinate}")
         for dim in shown_dims(plan):
             group = short_group([r + offset for r in plan.group_of(local, dim)])
@@ -122,7 +144,7 @@ def plan_document(
         "order": list(plan.order),
         "megatron_order": megatron_order(plan),
         "dims": plan.dims,
-        "expert_dims": plan.expert_dims,
+        **({"expert_dims": plan.expert_dims} if plan.uses_experts else {}),
         "counts": {
             dim: {"size": plan.size_of(dim), "groups": plan.group_count(dim)}
             for dim in shown_dims(plan)
@@ -146,7 +168,7 @@ def plan_document(
         local = rank - offset
         document["rank"] = {
             "rank": rank,
-            "coordinate": plan.coordinate(local),
+            "coordinate": shown_coordinate(plan, local),
             "groups": {
                 dim: [r + offset for r in plan.group_of(local, dim)] for dim in shown_dims(plan)
             },

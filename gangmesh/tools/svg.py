@@ -21,7 +21,7 @@ import numpy as np
 from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
-from gangmesh.tools.render import finding_label, findings_text
+from gangmesh.tools.render import finding_label, findings_text, shown_sizes
 from gangmesh.tools.svg_overview import OVERVIEW_WIDTH, overview
 from gangmesh.tools.svg_shapes import (
     CELL_H,
@@ -87,7 +87,8 @@ def plan_drawing(
     if per_node and findings is None:
         findings = plan.check_locality(per_node)
     by_dim = {f.dim: f for f in findings or ()}
-    dims = [d for d in (*plan.order, *EXPERT_DIMS) if plan.size_of(d) > 1]
+    expert = EXPERT_DIMS if plan.uses_experts else ()  # a dense job builds none of them
+    dims = [d for d in (*plan.order, *expert) if plan.size_of(d) > 1]
     panels = [_Panel.draw(plan, dim, grid, by_dim.get(dim), rank, offset) for dim in dims]
 
     heading = _heading(plan, per_node, offset, title)
@@ -99,8 +100,8 @@ def plan_drawing(
 
 
 def _sizes_text(plan: MeshTopology) -> str:
-    """``"pp=1, ..., etp=1; order ..."``: the second line of a picture's heading."""
-    sizes = ", ".join(f"{k}={v}" for k, v in plan.sizes().items())
+    """``"pp=1, ..., tp=2; order ..."``: the second line of a picture's heading."""
+    sizes = ", ".join(f"{k}={v}" for k, v in shown_sizes(plan).items())
     if plan.order != DENSE_DIMS:
         sizes += f"; order {','.join(plan.order)}"
     return sizes

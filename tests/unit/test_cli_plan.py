@@ -32,7 +32,7 @@ def test_table_lists_each_dimension_the_rank_and_what_locality_checked(capsys):
     assert "dp                 4        4  [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15]" in out
     assert "rank 5: pp=0 dp_replicate=0 dp_shard=2 cp=0 tp=1" in out
     assert out.endswith(
-        "locality: tp (size 2) groups each stay on one node of 8 ranks; pp, dp_shard and efsdp "
+        "locality: tp (size 2) groups each stay on one node of 8 ranks; pp and dp_shard "
         "groups are meant to cross nodes and were not checked\n"
     )
 
@@ -42,8 +42,20 @@ def test_the_all_clear_line_of_hsdp_names_what_was_checked(capsys):
                  "--ranks-per-node", "8"]) == 0  # fmt: skip
     assert capsys.readouterr().out.endswith(
         "locality: tp (size 2) and dp_shard (size 4) groups each stay on one node of 8 ranks; "
-        "dp_replicate and efsdp groups are meant to cross nodes and were not checked\n"
+        "dp_replicate groups are meant to cross nodes and were not checked\n"
     )
+
+
+@pytest.mark.parametrize("format_", ["table", "json", "svg"])
+def test_a_dense_plan_speaks_of_no_expert_dimension_and_a_moe_plan_does(capsys, format_):
+    dense = ["plan", "--world-size", "64", "--pp", "2", "--dp-shard", "4", "--tp", "8",
+             "--ranks-per-node", "8", "--rank", "13", "--format", format_]  # fmt: skip
+    assert main(dense) == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"efsdp|edp|\betp=|\bep=|expert_dims|[Ee]xpert weight", out), out
+    assert main([*dense, "--ep", "4"]) == 0
+    moe = capsys.readouterr().out
+    assert "efsdp" in moe
 
 
 def test_a_world_on_one_node_has_nothing_to_cross(capsys):
@@ -62,7 +74,7 @@ def test_a_finding_to_fix_is_labelled_and_fails_strict(capsys):
         "  - to fix: tp: 1 of 3 groups span nodes, e.g. [4, 5, 6, 7] on nodes [0, 1]; tp=4 fits"
         in out
     )
-    assert "  - not checked: dp_shard and efsdp groups, meant to cross nodes" in out
+    assert "  - not checked: dp_shard groups, meant to cross nodes" in out
     assert main([*args, "--strict"]) == 1
     assert capsys.readouterr().err == "gangmesh plan: --strict: locality findings to fix: tp\n"
 
@@ -108,8 +120,7 @@ def test_json_counts_leave_out_the_groups_and_keep_the_rank(capsys):
     assert document["counts"]["dp"] == {"size": 2**14, "groups": 64}
     assert document["rank"]["groups"]["tp"] == list(range(8, 16))
     assert document["rank"]["coordinate"] == {"pp": 0, "dp_replicate": 0, "dp_shard": 1,
-                                              "cp": 0, "tp": 1, "efsdp": 9, "ep": 0,
-                                              "etp": 0}  # fmt: skip
+                                              "cp": 0, "tp": 1}  # fmt: skip
 
 
 def test_json_findings_say_whether_they_are_avoidable(capsys):

@@ -316,3 +316,16 @@ def test_parts_never_import_torch(fmt):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "modules at exit: numpy", "numpy but never torch"
+
+
+def test_parts_on_one_host_share_it_as_expected_not_as_something_to_fix():
+    plan = MultiPartPlan(PartsPlan(8, {"trainer": 4, "rollout": 4}), {})
+    for name, findings in plan.check_locality(8).items():
+        (shared,) = findings
+        assert shared.dim == ROOT and not shared.avoidable
+        assert shared.message.startswith(f"{ROOT}: one host: part {name} (ranks ")
+    # on nodes of 2 ranks the parts share none; of parts of 2 and 6 on nodes of 4, one is
+    # to fix
+    assert plan.check_locality(2) == {"trainer": [], "rollout": []}
+    uneven = MultiPartPlan(PartsPlan(8, {"trainer": 2, "rollout": 6}), {})
+    assert [f.avoidable for f in uneven.check_locality(4)["trainer"]] == [True]
