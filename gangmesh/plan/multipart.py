@@ -18,6 +18,7 @@ import numpy as np
 from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError, check_index
+from gangmesh.plan.cluster import Cluster
 from gangmesh.plan.dims import ALIASES, FLATTENED
 from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import LocalityFinding
@@ -206,9 +207,16 @@ class MultiPartPlan:
             )
         return str(names[0])
 
-    def check_locality(self, ranks_per_node: int) -> dict[str, list[LocalityFinding]]:
+    def check_locality(
+        self,
+        ranks_per_node: int,
+        *,
+        hosts_per_domain: int | None = None,
+        domains_per_rack: int | None = None,
+    ) -> dict[str, list[LocalityFinding]]:
         """The locality findings of each part, in global ranks and nodes (nodes hold
-        ``ranks_per_node`` consecutive global ranks): its gangs that cross nodes, as
+        ``ranks_per_node`` consecutive global ranks; domains and racks, where given, hold
+        consecutive nodes and domains): its gangs that cross them, as
         :meth:`~gangmesh.MeshTopology.check_locality` finds them where the part sits, and a
         finding for the root gang where a part shares a node with another part.
 
@@ -217,10 +225,15 @@ class MultiPartPlan:
         ['root']
 
         :param ranks_per_node: how many consecutive ranks share a node.
-        :raises ValueError: ``ranks_per_node`` is not positive or does not divide the world.
+        :param hosts_per_domain: nodes per NVLink domain; None: no domains.
+        :param domains_per_rack: domains per rack; None: no racks.
+        :raises ValueError: a size that is not positive or does not divide the world.
         """
+        cluster = Cluster.uniform(
+            self._parts.world_size, ranks_per_node, hosts_per_domain, domains_per_rack
+        )
         return {
-            name: part_findings(self._parts, name, plan, ranks_per_node)
+            name: part_findings(self._parts, name, plan, cluster)
             for name, plan in self._plans.items()
         }
 

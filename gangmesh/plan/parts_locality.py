@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from gangmesh.plan.cluster import Cluster, check_ranks_per_node
+from gangmesh.plan.cluster import Cluster
 from gangmesh.plan.dims import ROOT
 from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import LocalityFinding, find_crossings
@@ -87,20 +87,19 @@ class AtOffset:
 
 
 def part_findings(
-    parts: PartsPlan, name: str, plan: MeshTopology, ranks_per_node: int
+    parts: PartsPlan, name: str, plan: MeshTopology, cluster: Cluster
 ) -> list[LocalityFinding]:
     """The locality findings of part ``name`` (whose plan is ``plan``), in global ranks:
-    first whether it shares a node with another part, then its gangs that cross nodes.
+    first whether it shares a node with another part, then its gangs that cross nodes
+    (domains, racks).
 
     :param parts: the parts of the job.
     :param name: the part to check.
     :param plan: the part's plan, in part-local ranks.
-    :param ranks_per_node: how many consecutive global ranks share a node.
-    :raises ValueError: ``ranks_per_node`` is not positive or does not divide the world.
+    :param cluster: the job's nodes (domains, racks) of consecutive global ranks.
     """
-    per_node = check_ranks_per_node(parts.world_size, ranks_per_node)
+    per_node = cluster.capacity["node"]
     span = parts.span(name)
-    cluster = Cluster.uniform(parts.world_size, per_node)
     findings = find_crossings(AtOffset.at(span[0])(plan), cluster)
     shared = [node for node in (span[0] // per_node, span[-1] // per_node)
               if _others(parts, name, node, per_node)]  # fmt: skip

@@ -28,8 +28,11 @@ SPEC = "NAME=SIZE[:DIM=SIZE,...]"
 """How ``--part`` is written."""
 
 _ORDER = "order"
-_KEYS: tuple[str, ...] = (*SIZE_NAMES, _ORDER)
-"""What a part's spec may set after the colon: each size, and the dense order."""
+_EXPERT = "expert"
+_KEYS: tuple[str, ...] = (*SIZE_NAMES, _ORDER, _EXPERT)
+"""What a part's spec may set after the colon: each size, the dense order, and whether the
+part asks for the expert view at ep = etp = 1 (``expert=1``, as ``--expert``)."""
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 def parse_part(spec: str) -> tuple[str, int, Layout]:
@@ -39,7 +42,8 @@ def parse_part(spec: str) -> tuple[str, int, Layout]:
     ('rollout', 4, Layout(pp=1, dp_replicate=2, dp_shard=-1, cp=1, tp=2, ep=1, etp=1))
 
     :param spec: ``NAME=SIZE[:DIM=SIZE,...]``; SIZE -1 takes the ranks the other parts
-        leave; ``order=`` takes the dense order (comma-separated or Megatron-Core's).
+        leave; ``order=`` takes the dense order (comma-separated or Megatron-Core's);
+        ``expert=1`` asks for the expert view.
     :raises Failure: a spec that is not so written, names a dimension that does not exist
         or gives a layout that is not one (naming the spec).
     """
@@ -67,7 +71,12 @@ def parse_part(spec: str) -> tuple[str, int, Layout]:
             )
         if key in keywords:
             raise Failure(f"--part {spec}: expected {key} once, got it twice")
-        keywords[key] = value if key == _ORDER else _int(spec, key, value)
+        if key == _EXPERT:
+            if value.lower() not in _FLAGS:
+                raise Failure(f"--part {spec}: expected expert=1 or expert=0, got {value!r}")
+            keywords[key] = _FLAGS[value.lower()]
+        else:
+            keywords[key] = value if key == _ORDER else _int(spec, key, value)
     try:
         return name, size, Layout(**keywords)
     except ValueError as ex:
@@ -111,9 +120,6 @@ def parts_of(
             f"{refused[0]}: not with --part; give each part its sizes in its spec "
             f"({SPEC}, e.g. --part trainer=4:tp=2)"
         )
-    for flag in ("--hosts-per-domain", "--domains-per-rack"):
-        if getattr(args, flag[2:].replace("-", "_"), None) is not None:
-            raise Failure(f"{flag}: not with --part (parts are checked against nodes only)")
     parsed = [parse_part(spec) for spec in args.part]
     specs: dict[str, str] = {}
     for (name, _, _), spec in zip(parsed, args.part, strict=True):
@@ -148,6 +154,25 @@ def parts_of(
     return MultiPartPlan(parts, layouts), specs
 
 
+def check_cluster_options(args: argparse.Namespace) -> bool:
+    """Whether ``--hosts-per-domain`` (and ``--domains-per-rack``) are given, each with
+    what it needs.
+
+    :raises Failure: domains without nodes, racks without domains, or a size below 1.
+    """
+    if args.hosts_per_domain is None and args.domains_per_rack is None:
+        return False
+    if args.ranks_per_node is None:
+        raise Failure("--hosts-per-domain: domains hold nodes, which needs --ranks-per-node")
+    if args.domains_per_rack is not None and args.hosts_per_domain is None:
+        raise Failure("--domains-per-rack: racks hold domains, which needs --hosts-per-domain")
+    for flag, value in (("--hosts-per-domain", args.hosts_per_domain),
+                        ("--domains-per-rack", args.domains_per_rack)):  # fmt: skip
+        if value is not None and value < 1:
+            raise Failure(f"{flag}: expected an int >= 1, got {value}")
+    return True
+
+
 def parts_output(args: argparse.Namespace) -> tuple[str, list[str]]:
     """The text ``gangmesh plan --part ...`` writes, and the findings to fix (labels).
 
@@ -155,13 +180,18 @@ def parts_output(args: argparse.Namespace) -> tuple[str, list[str]]:
     :raises ValueError: ``--rank`` or ``--ranks-per-node`` that does not fit the world.
     """
     plan, _ = parts_of(args)
+    check_cluster_options(args)
     parts = plan.parts
     holder = None if args.rank is None else parts.part_of(args.rank)
     per_node = args.ranks_per_node
     findings: dict[str, list[LocalityFinding]] = {}
     if per_node is not None:
         check_ranks_per_node(parts.world_size, per_node)
-        findings = plan.check_locality(per_node)
+        findings = plan.check_locality(
+            per_node,
+            hosts_per_domain=args.hosts_per_domain,
+            domains_per_rack=args.domains_per_rack,
+        )
     to_fix = [f"{name} {f.dim}" for name, found in findings.items() for f in found if f.avoidable]
     shown = [
         (name, parts.offset(name), args.rank if name == holder else None) for name in parts.names

@@ -16,7 +16,7 @@ from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.tools.failure import Failure
-from gangmesh.tools.parts_command import parts_output
+from gangmesh.tools.parts_command import check_cluster_options, parts_output
 from gangmesh.tools.render import finding_label, plan_json, plan_table
 from gangmesh.tools.svg import plan_svg
 
@@ -95,16 +95,8 @@ def _plan_output(args: argparse.Namespace) -> tuple[str, list[str]]:
 def _wider_findings(plan: MeshTopology, args: argparse.Namespace) -> list[LocalityFinding] | None:
     """The domain and rack findings that --hosts-per-domain and --domains-per-rack ask for;
     None where neither is given."""
-    if args.hosts_per_domain is None and args.domains_per_rack is None:
+    if not check_cluster_options(args):
         return None
-    if args.ranks_per_node is None:
-        raise Failure("--hosts-per-domain: domains hold nodes, which needs --ranks-per-node")
-    if args.domains_per_rack is not None and args.hosts_per_domain is None:
-        raise Failure("--domains-per-rack: racks hold domains, which needs --hosts-per-domain")
-    for flag, value in (("--hosts-per-domain", args.hosts_per_domain),
-                        ("--domains-per-rack", args.domains_per_rack)):  # fmt: skip
-        if value is not None and value < 1:
-            raise Failure(f"{flag}: expected an int >= 1, got {value}")
     cluster = Cluster.uniform(plan.world_size, args.ranks_per_node, args.hosts_per_domain,
                               args.domains_per_rack)  # fmt: skip
     return [f for f in plan.check_locality(cluster) if f.level != "node"]

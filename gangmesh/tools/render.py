@@ -160,6 +160,7 @@ def plan_document(
                 "group": f.group,
                 "nodes": f.nodes,
                 "avoidable": f.avoidable,
+                "level": f.level,
                 "message": f.message,
             }
             for f in (plan.check_locality(ranks_per_node) if findings is None else findings)

@@ -94,8 +94,8 @@ def plan_drawing(
     heading = _heading(plan, per_node, offset, title)
     legend = _legend(plan, grid, panels, rank)
     footer = _footer(plan, per_node, list(findings or ()), dims)
-    large = plan.world_size > SVG_FULL_RANKS and offset == 0
-    structure = overview(plan, per_node, dims) if large else None
+    large = plan.world_size > SVG_FULL_RANKS
+    structure = overview(plan, per_node, dims, offset) if large else None
     return _page(heading, _sizes_text(plan), legend, panels, footer, structure)
 
 

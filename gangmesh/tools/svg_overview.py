@@ -25,19 +25,25 @@ OVERVIEW_WIDTH = 680.0
 
 
 def overview(
-    plan: MeshTopology, per_node: int | None, dims: Sequence[str]
+    plan: MeshTopology, per_node: int | None, dims: Sequence[str], offset: int = 0
 ) -> tuple[list[str], float]:
-    """SVG parts (at their own origin) and their height: one strip per dimension."""
+    """SVG parts (at their own origin) and their height: one strip per dimension.
+
+    ``offset``: the plan is a part of a job that starts at that global rank; its cells are
+    nodes where it starts on a node's first rank, else blocks of a node's size.
+    """
     unit = per_node or 16
     nodes = -(-plan.world_size // unit)
     per_cell = -(-nodes // MAX_CELLS)
     cells = -(-nodes // per_cell)
-    what = "node" if per_node else "block"
-    unit_text = "one node" if per_node else f"one block of {unit} ranks"
+    aligned = per_node is not None and offset % per_node == 0
+    what = "node" if aligned else "block"
+    unit_text = "one node" if aligned else f"one block of {unit} ranks"
     cell_what = unit_text if per_cell == 1 else f"{per_cell} {what}s"
     cell_w = _STRIP_W / cells
+    span = f" (global ranks {offset}-{offset + plan.world_size - 1})" if offset else ""
     parts = [
-        text_at(0, 14, f"structure: all {plan.world_size} ranks", 12, font_weight="bold"),
+        text_at(0, 14, f"structure: all {plan.world_size} ranks{span}", 12, font_weight="bold"),
         text_at(
             0,
             30,

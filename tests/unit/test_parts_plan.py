@@ -279,7 +279,7 @@ def test_svg_is_one_document_with_each_part_labelled_in_global_ranks(tmp_path):
         (["--part", "a=0"], "--part a=0: expected SIZE to be a positive int or -1, got 0"),
         (["--part", "a"], "--part a: expected NAME=SIZE[:DIM=SIZE,...]"),
         (["--part", "tp=4"], "--part tp=4: part name 'tp' is the name of a dimension or gang"),
-        (["--part", "a=4:tensor=2"], "--part a=4:tensor=2: unknown dimension tensor; expected one of pp, dp_replicate, dp_shard, cp, tp, ep, etp, order; did you mean tp=?"),
+        (["--part", "a=4:tensor=2"], "--part a=4:tensor=2: unknown dimension tensor; expected one of pp, dp_replicate, dp_shard, cp, tp, ep, etp, order, expert; did you mean tp=?"),
         (["--part", "a=4:tp=3"], "--part a=4:tp=3: tp: tp=3 does not divide the part's size 4"),
         (["--part", "a=4:tp"], "--part a=4:tp: expected DIM=SIZE after the colon, got 'tp'"),
         (["--part", "a=4:tp=2,tp=2"], "--part a=4:tp=2,tp=2: expected tp once, got it twice"),
@@ -287,7 +287,7 @@ def test_svg_is_one_document_with_each_part_labelled_in_global_ranks(tmp_path):
         (["--part", "a=-1", "--part", "b=-1", "--world-size", "8"], "--part: at most one size may be -1"),
         (["--part", "a=4", "--part", "b=2", "--ranks-per-node", "4"], "--ranks-per-node: expected a factor of --world-size 6"),
         (["--part", "a=4", "--rank", "4"], "--rank: expected a rank in [0, 4), got 4"),
-        (["--part", "a=4", "--ranks-per-node", "4", "--hosts-per-domain", "2"], "--hosts-per-domain: not with --part"),
+        (["--part", "a=4", "--hosts-per-domain", "2"], "--hosts-per-domain: domains hold nodes, which needs --ranks-per-node"),
         ([], "the following arguments are required: --world-size (or --part)"),
     ],
 )  # fmt: skip
@@ -329,3 +329,24 @@ def test_parts_on_one_host_share_it_as_expected_not_as_something_to_fix():
     assert plan.check_locality(2) == {"trainer": [], "rollout": []}
     uneven = MultiPartPlan(PartsPlan(8, {"trainer": 2, "rollout": 6}), {})
     assert [f.avoidable for f in uneven.check_locality(4)["trainer"]] == [True]
+
+
+def test_parts_are_checked_against_domains_and_racks_and_a_spec_asks_for_the_expert_view(capsys):
+    argv = ["plan", "--part", "a=16:ep=16", "--part", "b=16:tp=2,expert=1",
+            "--ranks-per-node", "4", "--hosts-per-domain", "2", "--domains-per-rack", "2"]  # fmt: skip
+    assert main([*argv, "--format", "json", "--json-content", "counts"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    a, b = document["parts"]
+    levels = {(f["dim"], f["level"]) for f in a["plan"]["locality_findings"]}
+    assert {("ep", "node"), ("ep", "domain")} <= levels
+    assert "efsdp" in b["plan"]["counts"] and "expert_dims" in b["plan"]
+    assert main(["plan", "--part", "a=8:expert=maybe", "--part", "b=8"]) == 2
+    assert "--part a=8:expert=maybe: expected expert=1 or expert=0" in capsys.readouterr().err
+
+
+def test_every_part_above_256_ranks_gets_its_overview_strip(capsys):
+    argv = ["plan", "--part", "a=512:tp=8", "--part", "b=512:tp=4", "--ranks-per-node", "8"]
+    assert main([*argv, "--format", "svg"]) == 0
+    page = capsys.readouterr().out
+    assert "structure: all 512 ranks<" in page
+    assert "structure: all 512 ranks (global ranks 512-1023)" in page
