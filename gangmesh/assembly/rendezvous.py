@@ -17,6 +17,7 @@ needs no new port.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import socket
@@ -135,6 +136,7 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
     where = f"{env.master_addr}:{env.master_port}"
     if not serves:
         _wait_for_server(env, deadline)
+    listener = _ipv4_listener(env) if serves else None
     try:
         return dist.TCPStore(  # type: ignore[attr-defined]
             env.master_addr,
@@ -144,12 +146,39 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
             timeout=timedelta(seconds=max(1.0, deadline - time.monotonic())),
             wait_for_workers=False,
             multi_tenant=True,
+            master_listen_fd=None if listener is None else listener.detach(),
         )
-    except (RuntimeError, ValueError) as ex:
+    except (RuntimeError, ValueError, OSError) as ex:
         role = "serve" if serves else "reach"
         raise GangError(
             f"rank {env.rank} could not {role} the job's store at {where}: {ex}"
         ) from ex
+
+
+def _ipv4_listener(env: LaunchEnvironment) -> socket.socket | None:
+    """Where MASTER_ADDR is an IPv4 address: a socket listening on every IPv4 interface at
+    MASTER_PORT, for the store's server; None elsewhere (torch's own listens on IPv6 too).
+
+    torch's server looks up the name of each client's address when it connects. On its
+    own dual-stack socket a local client is ``::ffff:127.0.0.1``, which no hosts file
+    names: each connection asks the name server, and a query it drops holds the server
+    (every rank's setup with it) for the resolver's retry time, 5 s with glibc. On an IPv4
+    socket the client is ``127.0.0.1``, which the hosts file names.
+    """
+    try:
+        if ipaddress.ip_address(env.master_addr).version != 4:
+            return None
+    except ValueError:  # a host name
+        return None
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("0.0.0.0", env.master_port))
+        listener.listen(socket.SOMAXCONN)
+    except OSError:
+        listener.close()
+        return None  # torch's own socket reports what is wrong with the port
+    return listener
 
 
 def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:
