@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
@@ -15,9 +16,9 @@ from gangmesh.assembly.mesh_views import build_meshes
 from gangmesh.plan.dims import FACTS, Dim
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import _c10d
-from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, lend, split
+from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, holds, lend, split
 from gangmesh.runtime.fake_gang import FakeGang
-from gangmesh.runtime.gang import Gang, GangError
+from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 from gangmesh.runtime.unbuilt_gang import UnbuiltGang
 
@@ -82,7 +83,8 @@ def build(root: ProcessGroupGang, plan: MeshTopology, timeout: timedelta) -> Bui
     :raises GangError: a process group or a mesh cannot be created, or a peer does not
         finish making them.
     """
-    built = _with_meshes(root, plan, _gangs(root, plan, {}, timeout), timeout)
+    needed = _needed_anywhere(root, plan, {}, timeout)
+    built = _with_meshes(root, plan, _gangs(root, plan, {}, timeout, needed), timeout, needed)
     log.debug("rank %d: gangs of %s built", root.rank, plan)
     return built
 
@@ -102,18 +104,19 @@ def wrap(
 
     :raises GangError: a flattened group or a mesh cannot be created.
     """
-    return _with_meshes(root, plan, _gangs(root, plan, groups, timeout), timeout)
+    needed = _needed_anywhere(root, plan, groups, timeout)
+    return _with_meshes(root, plan, _gangs(root, plan, groups, timeout, needed), timeout, needed)
 
 
 def _with_meshes(
-    root: ProcessGroupGang, plan: MeshTopology, built: Built, timeout: timedelta
+    root: ProcessGroupGang, plan: MeshTopology, built: Built, timeout: timedelta, needed: Needed
 ) -> Built:
     """``built`` with the meshes of ``plan`` over its gangs' groups.
 
     :raises GangError: a mesh cannot be created (the gangs are closed first).
     """
     try:
-        lone = _lone_group(root, timeout)
+        lone = _lone_group(root, timeout, needed)
         built.leases.append(lone)
         built.meshes = meshes_of(root, plan, built.gangs, lone.group)
     except (RuntimeError, ValueError) as ex:
@@ -130,20 +133,75 @@ def _with_meshes(
     return built
 
 
-def _lone_group(root: ProcessGroupGang, timeout: timedelta) -> Lease:
+def _lone_key(root: ProcessGroupGang, timeout: timedelta) -> CommunicatorKey:
+    """The key of this process's one-process group."""
+    backend = dist.get_backend(root.as_process_group())
+    return CommunicatorKey((dist.get_rank(),), backend, timeout, root.high_priority)
+
+
+def _root_is_lone(root: ProcessGroupGang, timeout: timedelta) -> bool:
+    """Whether the root's group stands for the one-process group: a world of one process,
+    with the root's timeout."""
+    return root.size == 1 and timeout == root.timeout
+
+
+def _lone_group(root: ProcessGroupGang, timeout: timedelta, needed: Needed) -> Lease:
     """The group that stands for every size-1 dimension in the meshes: the root's where the
     world is one process, else a one-process group of the root's backend.
 
     Its collectives must be real: FSDP2 on torch 2.9 runs its reduce-scatter even on a shard
     group of one process, and reads the output.
     """
-    group = root.as_process_group()
-    rank, backend = dist.get_rank(), dist.get_backend(group)
-    key = CommunicatorKey((rank,), backend, timeout, root.high_priority)
-    if root.size == 1 and timeout == root.timeout:
+    group, key = root.as_process_group(), _lone_key(root, timeout)
+    if _root_is_lone(root, timeout):
         return lend(group, key)
-    alone = [[r] for r in root.global_ranks] if _c10d.splits_new_groups(backend) else []
+    split_all = _c10d.splits_new_groups(key.backend) and LONE in needed
+    alone = [[r] for r in root.global_ranks] if split_all else []
     return split(Parent(group, root.timeout, root.high_priority), alone, key, "size-1")
+
+
+Needed = frozenset[str]
+"""The dimensions (and :data:`LONE`) whose group some process of the root does not hold yet:
+only those are split, where torch splits."""
+
+LONE = "size-1"
+"""The one-process group of each process, in :data:`Needed`."""
+
+
+def _pool(
+    root: ProcessGroupGang, lent: dict[str, ProcessGroup], timeout: timedelta
+) -> dict[tuple[int, ...], ProcessGroup]:
+    """The groups a dimension takes as they are, by their members: the lent ones, and the
+    root's where it has the timeout asked for."""
+    pool = {tuple(sorted(dist.get_process_group_ranks(g))): g for g in lent.values()}
+    if timeout == root.timeout:
+        pool.setdefault(tuple(root.global_ranks), root.as_process_group())
+    return pool
+
+
+def _needed_anywhere(
+    root: ProcessGroupGang, plan: MeshTopology, lent: dict[str, ProcessGroup], timeout: timedelta
+) -> Needed:
+    """What some process of the root lacks, where torch splits: a split that no process needs
+    costs an ncclCommSplit of the whole parent. One all_reduce (MAX) of what this process
+    lacks, over the root gang; elsewhere each group is made by its members alone, and all
+    count as needed."""
+    backend = dist.get_backend(root.as_process_group())
+    names = [*BUILT_NAMES, LONE]
+    if not _c10d.splits_new_groups(backend):
+        return frozenset(names)
+    pool, rank = _pool(root, lent, timeout), root.rank
+    to_global = np.asarray(root.global_ranks)
+    lacks = []
+    for name in BUILT_NAMES:
+        members = tuple(sorted(to_global[plan.group_of(rank, name)].tolist()))
+        wanted = len(members) > 1 and not _unasked(plan, name) and members not in pool
+        key = CommunicatorKey(members, backend, timeout, root.high_priority)
+        lacks.append(wanted and not holds(key))
+    lacks.append(not _root_is_lone(root, timeout) and not holds(_lone_key(root, timeout)))
+    flags = torch.tensor(lacks, dtype=torch.int32, device=root.device)
+    root.all_reduce(flags, ReduceOperation.MAX)
+    return frozenset(name for name, flag in zip(names, flags.tolist(), strict=True) if flag)
 
 
 def _gangs(
@@ -151,6 +209,7 @@ def _gangs(
     plan: MeshTopology,
     lent: dict[str, ProcessGroup],
     timeout: timedelta,
+    needed: Needed,
 ) -> Built:
     """A gang per name of BUILT_NAMES: over a lent group with its members, over the root's
     group when it spans the world with the same timeout, else over a shared group created
@@ -160,9 +219,7 @@ def _gangs(
     backend = dist.get_backend(world)
     splitting = _c10d.splits_new_groups(backend)
     rank, to_global = root.rank, np.asarray(root.global_ranks)
-    pool = {tuple(sorted(dist.get_process_group_ranks(g))): g for g in lent.values()}
-    if timeout == root.timeout:
-        pool.setdefault(tuple(root.global_ranks), world)
+    pool = _pool(root, lent, timeout)
     made: set[tuple[int, bytes]] = set()
     """The dimensions split already, each as all its groups: a later one alike splits none."""
     built = Built({})
@@ -185,6 +242,8 @@ def _gangs(
             else:
                 key = CommunicatorKey(ranks, backend, timeout, root.high_priority)
                 groups = to_global[_all_groups(plan, name)] if splitting else None
+                if name not in needed:  # every process holds its group: nobody splits
+                    groups = None
                 split_as = None if groups is None else (groups.shape[1], groups.tobytes())
                 if split_as is None or split_as in made:
                     lease = split(parent, [], key, name)

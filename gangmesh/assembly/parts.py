@@ -129,7 +129,7 @@ def _split_gang(
     key = _key(job, members, timeout) if mine else None
     try:
         parent = Parent(job.as_process_group(), job.timeout, job.high_priority)
-        lease = split(parent, groups, key, label)
+        lease = split(parent, groups, key, label, job._anyone_lacks(key))
     except (RuntimeError, ValueError) as ex:
         raise GangError(
             f"creating {label} of ranks {members} failed on rank {job.rank}: {ex}"

@@ -137,6 +137,7 @@ class Registry:
         groups: Sequence[Sequence[int]],
         mine: CommunicatorKey,
         label: str = ...,
+        needed: bool = ...,
     ) -> Lease: ...
 
     @overload
@@ -146,6 +147,7 @@ class Registry:
         groups: Sequence[Sequence[int]],
         mine: None,
         label: str = ...,
+        needed: bool = ...,
     ) -> None: ...
 
     def split(
@@ -154,6 +156,7 @@ class Registry:
         groups: Sequence[Sequence[int]],
         mine: CommunicatorKey | None,
         label: str = "gang",
+        needed: bool = True,
     ) -> Lease | None:
         """A lease on this process's group of ``groups``, made as one split of ``parent``.
 
@@ -167,13 +170,16 @@ class Registry:
         they made it together, and release it together. A split without a colour gets new
         options with the parent's own timeout and priority: torch 2.9.1 otherwise resets the
         parent's NCCL timeout to the default (it writes into the parent's options object).
+        ``needed`` False (every process of ``parent`` agreed that each member holds its
+        group already): nobody splits.
         """
         backend = dist.get_backend(parent.group) if mine is None else mine.backend
         if not _c10d.splits_new_groups(backend):
             return None if mine is None else self.acquire(mine, label)
         held = None if mine is None else self._entries.get(mine)
         parent_ranks = dist.get_process_group_ranks(parent.group)
-        if not groups or (held is not None and len(held.key.ranks) == len(parent_ranks)):
+        whole = held is not None and len(held.key.ranks) == len(parent_ranks)
+        if not groups or not needed or whole:
             if mine is not None and held is None:
                 raise RuntimeError(f"no split of ranks {parent_ranks} makes ranks {mine.ranks}")
             return None if held is None else self._lease(held)  # nobody splits
@@ -219,6 +225,10 @@ class Registry:
             entry = _Entry(group, key, created=False)
             self._entries.setdefault(key, entry)
         return self._lease(entry)
+
+    def holds(self, key: CommunicatorKey) -> bool:
+        """Whether a group for ``key`` is held."""
+        return key in self._entries
 
     def created(self, group: ProcessGroup) -> bool:
         """Whether gangmesh created ``group`` (False for groups it was lent or does not know)."""
@@ -307,13 +317,21 @@ def acquire(key: CommunicatorKey, label: str = "gang") -> Lease:
 
 @overload
 def split(
-    parent: Parent, groups: Sequence[Sequence[int]], mine: CommunicatorKey, label: str = ...
+    parent: Parent,
+    groups: Sequence[Sequence[int]],
+    mine: CommunicatorKey,
+    label: str = ...,
+    needed: bool = ...,
 ) -> Lease: ...
 
 
 @overload
 def split(
-    parent: Parent, groups: Sequence[Sequence[int]], mine: None, label: str = ...
+    parent: Parent,
+    groups: Sequence[Sequence[int]],
+    mine: None,
+    label: str = ...,
+    needed: bool = ...,
 ) -> None: ...
 
 
@@ -322,9 +340,15 @@ def split(
     groups: Sequence[Sequence[int]],
     mine: CommunicatorKey | None,
     label: str = "gang",
+    needed: bool = True,
 ) -> Lease | None:
     """A lease on this process's group of one split of ``parent`` (see :meth:`Registry.split`)."""
-    return _registry().split(parent, groups, mine, label)
+    return _registry().split(parent, groups, mine, label, needed)
+
+
+def holds(key: CommunicatorKey) -> bool:
+    """Whether this process holds a group for ``key`` already."""
+    return _registry().holds(key)
 
 
 def lend(group: ProcessGroup, key: CommunicatorKey) -> Lease:

@@ -14,6 +14,7 @@ from typing_extensions import override
 from gangmesh.plan._checks import check_positive
 from gangmesh.plan.dims import ROOT
 from gangmesh.runtime import (
+    _c10d,
     default_group,
     failure_reports,
     last_words,
@@ -22,9 +23,16 @@ from gangmesh.runtime import (
 )
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime._validate import normalized_device
-from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, acquire, split
+from gangmesh.runtime.communicators import (
+    CommunicatorKey,
+    Lease,
+    Parent,
+    acquire,
+    holds,
+    split,
+)
 from gangmesh.runtime.environment import read_launch_environment
-from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, ReduceOperation
 from gangmesh.runtime.group_gang import GroupGang
 
 if TYPE_CHECKING:
@@ -306,6 +314,16 @@ class ProcessGroupGang(GroupGang):
             tuple(sorted(global_ranks)), backend, self._timeout, self._high_priority
         )
 
+    def _anyone_lacks(self, mine: CommunicatorKey | None) -> bool:
+        """Whether some process of this gang lacks the group it asks for (``mine``; None:
+        it asks for none), where torch splits: one all_reduce (MAX) over the gang. A split
+        that makes no process a group costs the whole gang an ncclCommSplit for nothing."""
+        if not _c10d.splits_new_groups(self._backend):
+            return True
+        lacks = torch.tensor([int(mine is not None and not holds(mine))], device=self._device)
+        self.all_reduce(lacks, ReduceOperation.MAX)
+        return bool(lacks.item())
+
     def _monitor_with_gloo(self, pg: ProcessGroup) -> None:
         """Run monitored barriers on this gang's own group if it is gloo, else on a gloo twin."""
         if self._backend == "gloo":
@@ -321,7 +339,8 @@ class ProcessGroupGang(GroupGang):
         mine = self._key(members, self._backend) if self._rank in ranks else None
         try:
             parent = Parent(pg, self._timeout, self._high_priority)
-            lease = split(parent, [sorted(members)], mine, f"{self._name}[sub]")
+            needed = self._anyone_lacks(mine)
+            lease = split(parent, [sorted(members)], mine, f"{self._name}[sub]", needed)
         except (RuntimeError, ValueError) as ex:
             why = torch_errors.summary(ex, self.timeout.total_seconds())
             raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {why}") from ex

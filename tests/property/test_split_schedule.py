@@ -4,7 +4,8 @@ each split, in the same order. For every rank of simulated worlds (fake backend)
 tests record what gangmesh asks torch for while it builds gangs, re-splits them for FSDP and
 makes sub-gangs, and check that the requests form one schedule all processes can follow:
 each split entered by every process of its parent, the members of each group made agreeing
-on it, no two parents waited on in opposite orders, and each process given its plan's group.
+on it, no split that makes no group, no two parents waited on in opposite orders, and each
+process given its plan's group.
 """
 
 from __future__ import annotations
@@ -123,12 +124,49 @@ class TorchStandIn:
         return self.make_group(size, group_rank, ranks, backend, *a, **k)
 
 
+@dataclass
+class Exchanges:
+    """The all_reduces (MAX) by which the processes of a gang agree whether any of them lacks
+    a group, in a simulated world whose ranks run one after another: a first pass records
+    what each rank gives, by gang and call; a second gives each rank the maximum over its
+    gang's members, as the collective does."""
+
+    given: dict[tuple[tuple[int, ...], int], list[list[int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    answers: dict[tuple[tuple[int, ...], int], list[int]] | None = None
+
+    def stand_in(self) -> Callable[..., None]:
+        calls: dict[tuple[int, ...], int] = defaultdict(int)
+
+        def all_reduce(gang: gm.ProcessGroupGang, tensor: torch.Tensor, op: Any) -> None:
+            assert op is gm.ReduceOperation.MAX, op
+            members = tuple(gang.global_ranks)
+            call = (members, calls[members])
+            calls[members] += 1
+            if self.answers is None:
+                self.given[call].append(tensor.tolist())
+            else:
+                tensor.copy_(torch.tensor(self.answers[call], dtype=tensor.dtype))
+
+        return all_reduce
+
+    def settle(self) -> None:
+        self.answers = {call: [max(v) for v in zip(*given, strict=True)]
+                        for call, given in self.given.items()}  # fmt: skip
+
+
 @contextmanager
 def bound_rank(
-    recording: Recording, world_size: int, rank: int, monkeypatch: pytest.MonkeyPatch
+    recording: Recording,
+    world_size: int,
+    rank: int,
+    monkeypatch: pytest.MonkeyPatch,
+    exchanges: Exchanges,
 ) -> Iterator[gm.ProcessGroupGang]:
     """The root gang of ``rank`` in a fake world that gangmesh takes for one bound to a
-    device, torch's group creation recorded (:class:`TorchStandIn`)."""
+    device, torch's group creation recorded (:class:`TorchStandIn`), its gangs' agreements
+    answered by ``exchanges``."""
     _c10d.ensure_fake_backend()
     root = gm.ProcessGroupGang.create_default_process_group(
         torch.device("cpu"), backend="fake", store=dist.HashStore(), rank=rank,
@@ -143,10 +181,29 @@ def bound_rank(
         patch.setattr(_c10d, "splits_new_groups", lambda backend: True)
         patch.setattr(dist, "split_group", torch_side.split_group)
         patch.setattr(c10d, "_new_process_group_helper", torch_side.make)
+        patch.setattr(gm.ProcessGroupGang, "all_reduce", exchanges.stand_in())
         try:
             yield root
         finally:
             root.close()
+
+
+def simulate(
+    world_size: int,
+    monkeypatch: pytest.MonkeyPatch,
+    body: Callable[[int, gm.ProcessGroupGang], None],
+) -> Recording:
+    """``body(rank, root)`` for every rank of a simulated bound world, twice (what each rank
+    gives its gangs' agreements, then the agreed answers); the second pass's recording."""
+    exchanges = Exchanges()
+    for answered in (False, True):
+        if answered:
+            exchanges.settle()
+        recording = Recording()
+        for rank in range(world_size):
+            with bound_rank(recording, world_size, rank, monkeypatch, exchanges) as root:
+                body(rank, root)
+    return recording
 
 
 def assert_one_schedule(recording: Recording, world_size: int) -> None:
@@ -172,6 +229,12 @@ def assert_one_schedule(recording: Recording, world_size: int) -> None:
         )
         kinds = {(r.one_group, r.groups if r.one_group else None) for r in entered.values()}
         assert len(kinds) == 1, f"split {index} of parent {parent}: processes asked {kinds}"
+        # A split that makes no group (every process holds its own) costs the whole parent
+        # an ncclCommSplit for nothing.
+        assert any(r.one_group or r.mine is not None for r in entered.values()), (
+            f"split {index} of {parent_name} makes no group: every process took part "
+            f"without a colour"
+        )
         # A process that holds its group already asks for the others only: NCCL needs each
         # process's own group (or none), and the members of a group to agree on it.
         for rank, request in entered.items():
@@ -220,26 +283,27 @@ def test_gangs_refits_and_sub_gangs_split_as_every_process_of_the_parent_asks(
 ):
     picked = data.draw(st.integers(min_value=1, max_value=max(1, plan.size_of("dp"))))
     sub_ranks = list(range(picked))[::-1]  # out of order, as users may ask
-    recording = Recording()
-    for rank in range(plan.world_size):
-        with bound_rank(recording, plan.world_size, rank, monkeypatch) as root:
-            gangs = gm.create_gangs(root, **plan.layout.keywords())
-            assert_gangs_match(gangs, plan, rank)
-            refit = gm.create_fsdp_gangs(gangs)  # tp, pp, cp and the experts held already
-            sub = refit.dp.create_gang(sub_ranks)
-            dp = refit.plan.group_of(rank, "dp")
-            expected = [dp[r] for r in sub_ranks] if dp.index(rank) in sub_ranks else None
-            if expected is None:
-                assert sub is None
-            else:
-                assert sub is not None and (sub.rank, sub.size) == (
-                    expected.index(rank),
-                    len(expected),
-                )
-                assert not isinstance(sub, gm.ProcessGroupGang) or sub.global_ranks == expected
-            for made in (sub, refit, gangs):
-                if made is not None:
-                    made.close()
+
+    def body(rank: int, root: gm.ProcessGroupGang) -> None:
+        gangs = gm.create_gangs(root, **plan.layout.keywords())
+        assert_gangs_match(gangs, plan, rank)
+        refit = gm.create_fsdp_gangs(gangs)  # tp, pp, cp and the experts held already
+        sub = refit.dp.create_gang(sub_ranks)
+        dp = refit.plan.group_of(rank, "dp")
+        expected = [dp[r] for r in sub_ranks] if dp.index(rank) in sub_ranks else None
+        if expected is None:
+            assert sub is None
+        else:
+            assert sub is not None and (sub.rank, sub.size) == (
+                expected.index(rank),
+                len(expected),
+            )
+            assert not isinstance(sub, gm.ProcessGroupGang) or sub.global_ranks == expected
+        for made in (sub, refit, gangs):
+            if made is not None:
+                made.close()
+
+    recording = simulate(plan.world_size, monkeypatch, body)
     assert_one_schedule(recording, plan.world_size)
 
 
@@ -260,13 +324,17 @@ def test_members_alone_making_a_group_is_caught():
         assert_one_schedule(recording, 4)
 
 
-def test_opposite_orders_are_caught():
+def test_opposite_orders_and_splits_that_make_no_group_are_caught():
     recording = Recording()
     a = Request((0, 1), frozenset([(0, 1)]), (0, 1), parent_name="world/0:0,1")
-    b = Request((0, 1, 2), frozenset(), None)
-    recording.requests.update({0: [a, b], 1: [b, a], 2: [b]})
+    b, b2 = Request((0, 1, 2), frozenset([(2,)]), None), Request((0, 1, 2), frozenset([(2,)]), (2,))
+    recording.requests.update({0: [a, b], 1: [b, a], 2: [b2]})
     with pytest.raises(AssertionError, match="opposite orders"):
         assert_one_schedule(recording, 3)
+    recording = Recording()
+    recording.requests.update({r: [Request((0, 1), frozenset([(1,)]), None)] for r in (0, 1)})
+    with pytest.raises(AssertionError, match="split 0 of world makes no group"):
+        assert_one_schedule(recording, 2)
 
 
 @st.composite
@@ -292,28 +360,29 @@ def test_parts_their_gangs_and_bridges_split_as_every_process_of_the_parent_asks
 ):
     sizes, plans, bridge = drawn
     world = sum(sizes.values())
-    recording = Recording()
-    for rank in range(world):
-        with bound_rank(recording, world, rank, monkeypatch) as root:
-            parts = gm.create_parts(root, **sizes)
-            part = list(sizes).index(parts.name)
-            offset, plan = parts.ranks(parts.name)[0], plans[part]
-            assert parts.root.global_ranks == parts.ranks(parts.name)  # type: ignore[attr-defined]
-            gangs = gm.create_gangs(parts.root, **plan.layout.keywords())
-            for name in gangs:
-                expected = [offset + r for r in plan.group_of(rank - offset, name)]
-                gang = gangs[name]
-                got = gang.global_ranks if isinstance(gang, gm.ProcessGroupGang) else [rank]
-                assert got == expected, (rank, name)
-            by_part = {n: [r for r in bridge if r in parts.ranks(n)] for n in sizes}
-            gang = parts.bridge(**{n: ranks for n, ranks in by_part.items() if ranks})
-            if rank in bridge:
-                assert gang is not None and gang.size == len(bridge)
-                assert not isinstance(gang, gm.ProcessGroupGang) or gang.global_ranks == bridge
-            else:
-                assert gang is None
-            gangs.close()
-            parts.close()
+
+    def body(rank: int, root: gm.ProcessGroupGang) -> None:
+        parts = gm.create_parts(root, **sizes)
+        part = list(sizes).index(parts.name)
+        offset, plan = parts.ranks(parts.name)[0], plans[part]
+        assert parts.root.global_ranks == parts.ranks(parts.name)  # type: ignore[attr-defined]
+        gangs = gm.create_gangs(parts.root, **plan.layout.keywords())
+        for name in gangs:
+            expected = [offset + r for r in plan.group_of(rank - offset, name)]
+            gang = gangs[name]
+            got = gang.global_ranks if isinstance(gang, gm.ProcessGroupGang) else [rank]
+            assert got == expected, (rank, name)
+        by_part = {n: [r for r in bridge if r in parts.ranks(n)] for n in sizes}
+        gang = parts.bridge(**{n: ranks for n, ranks in by_part.items() if ranks})
+        if rank in bridge:
+            assert gang is not None and gang.size == len(bridge)
+            assert not isinstance(gang, gm.ProcessGroupGang) or gang.global_ranks == bridge
+        else:
+            assert gang is None
+        gangs.close()
+        parts.close()
+
+    recording = simulate(world, monkeypatch, body)
     assert_one_schedule(recording, world)
 
 
@@ -329,15 +398,16 @@ def test_placed_gangs_and_wrapped_meshes_split_as_every_process_of_the_parent_as
     sites = [gm.Site(host) for host in hosts]
     dims = {name: plan.size_of(name) for name in ("pp", "dp_replicate", "dp_shard", "cp", "tp")}
     names = tuple(name for name, size in dims.items() if size > 1) or ("dp_shard",)
-    recording = Recording()
-    for rank in range(world):
-        with bound_rank(recording, world, rank, monkeypatch) as root:
-            placed = gm.create_gangs(root, **plan.layout.keywords(), placement=sites)
-            assert_gangs_match(placed, placed.plan, rank)
-            mesh = init_device_mesh("cpu", tuple(dims.get(n, world) for n in names),
-                                    mesh_dim_names=names)  # fmt: skip
-            wrapped = gm.Gangs.from_mesh(mesh, timeout=timedelta(seconds=40))
-            assert_gangs_match(wrapped, wrapped.plan, rank)
-            wrapped.close()
-            placed.close()
+
+    def body(rank: int, root: gm.ProcessGroupGang) -> None:
+        placed = gm.create_gangs(root, **plan.layout.keywords(), placement=sites)
+        assert_gangs_match(placed, placed.plan, rank)
+        mesh = init_device_mesh("cpu", tuple(dims.get(n, world) for n in names),
+                                mesh_dim_names=names)  # fmt: skip
+        wrapped = gm.Gangs.from_mesh(mesh, timeout=timedelta(seconds=40))
+        assert_gangs_match(wrapped, wrapped.plan, rank)
+        wrapped.close()
+        placed.close()
+
+    recording = simulate(world, monkeypatch, body)
     assert_one_schedule(recording, world)
