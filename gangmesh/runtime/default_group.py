@@ -111,10 +111,10 @@ def leading_backend(backend: str) -> str:
 
 
 def device_of(group: ProcessGroup) -> torch.device:
-    """The device a group's collectives take: for NCCL (alone or as the CUDA leg of a mixed
-    backend) the device torch bound the group or the default group to, else the current
-    CUDA device; cpu for other backends."""
-    if device_backends(dist.get_backend(group)).get("cuda") != "nccl":
+    """The device a group's collectives take: where its backend serves CUDA (NCCL, or the
+    CUDA leg of a mixed backend) the device torch bound the group or the default group to,
+    else the current CUDA device; cpu elsewhere."""
+    if "cuda" not in device_backends(dist.get_backend(group)):
         return torch.device("cpu")
     for holder in (group, dist.group.WORLD):
         bound = getattr(holder, "bound_device_id", None)

@@ -67,3 +67,16 @@ def test_a_gloo_default_group_runs_on_the_cpu():
         assert default_group.device_of(dist.group.WORLD) == torch.device("cpu")
     finally:
         dist.destroy_process_group()
+
+
+def test_a_mixed_default_group_runs_on_the_cuda_device_torch_bound_it_to():
+    # "cuda:fake" stands in for "cuda:nccl" on a machine without CUDA: the gang's device is
+    # the one torch bound the group to (torch 2.15's "nccl" binds LOCAL_RANK's by itself)
+    _c10d.ensure_fake_backend()
+    dist.init_process_group("cpu:gloo,cuda:fake", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        world = dist.group.WORLD
+        world.bound_device_id = torch.device("cuda", 3)
+        assert default_group.device_of(world) == torch.device("cuda", 3)
+    finally:
+        dist.destroy_process_group()
