@@ -156,3 +156,29 @@ def test_backend_calls_tell_the_backend_they_are_waited_for(gloo_world):
         *_backend._BROADCAST.values(),
     ]
     assert [o.asyncOp for o in options] == [False] * len(options)
+
+
+@pytest.mark.parametrize(
+    ("backend", "bound"),
+    [("cpu:fake,cuda:gloo", True), ("cpu:gloo,cuda:fake", True), ("cpu:fake,cuda:gloo", False)],
+)
+def test_splits_new_groups_answers_as_torch_splits_a_bound_world(backend, bound):
+    # Stand-ins for a bound NCCL WORLD on a machine without CUDA: a mixed world whose CUDA
+    # leg is gloo (which can split on every supported torch) or the fake backend (which can
+    # from 2.15 on). Bound, gangmesh answers as torch's own choice of a split source; not
+    # bound, NCCL connects each group lazily and nothing splits.
+    _c10d.ensure_fake_backend()
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        world = dist.group.WORLD
+        if bound:
+            world.bound_device_id = torch.device("cuda", 0)
+        source = dist.distributed_c10d._get_split_source
+        takes_backend = len(inspect.signature(source).parameters) > 1
+        torch_splits = (source(world, backend) if takes_backend else source(world)) is not None
+        assert _c10d.splits_new_groups(backend) is (bound and torch_splits)
+        if backend.endswith("cuda:gloo"):
+            assert _c10d.splits_new_groups(backend) is bound  # both answers, on every torch
+        assert _c10d.splits_new_groups("gloo") is False  # another backend: members alone
+    finally:
+        dist.destroy_process_group()
