@@ -109,7 +109,7 @@ class View:
     def grid(self) -> np.ndarray:
         """The global ranks laid out in this view's shape (the DeviceMesh tensor).
 
-        :raises ValueError: a world too large to list (:func:`check_listable`).
+        :raises ValueError: a world too large to list (above 2**26 ranks).
         """
         world = math.prod(self.sizes)
         check_listable("world_size", world, "listing every group")
