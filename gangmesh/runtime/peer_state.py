@@ -15,6 +15,8 @@ _EXIT_CODE_FIELD = 52
 """Field of /proc/PID/stat holding the exit status of a zombie, as waitpid reports it
 (Linux 3.5 on); the fields after the command's closing parenthesis start at field 3."""
 _START_TIME_FIELD = 22
+STOPPED = "is stopped (SIGSTOP, SIGTSTP or a debugger) and does not answer"
+"""What :func:`fate` says of a stopped process."""
 
 
 def _fields(pid: int) -> list[str] | None:
@@ -63,7 +65,7 @@ def fate(pid: int, started: int | None) -> str | None:
     if state == "Z":
         return _exit_status(fields)
     if state in ("T", "t"):
-        return "is stopped (SIGSTOP, SIGTSTP or a debugger) and does not answer"
+        return STOPPED
     return None
 
 

@@ -82,9 +82,12 @@ class Reading:
         return sorted(found.values(), key=lambda c: c.rank)
 
     def local_fates(self) -> list[Culprit]:
-        """The processes of this job on this host that are gone, ended or stopped."""
+        """The processes of this job on this host that are gone, ended or stopped; one that a
+        survivor on this host named earlier is as that survivor saw it (a stopped culprit
+        that a survivor killed on its way out was named before it was killed)."""
         culprits: dict[int, Culprit] = {}
-        for entry in reversed(self.entries(f"host/{self.host}")):
+        entries = self.entries(f"host/{self.host}")
+        for entry in reversed(entries):
             rank, pid = int(entry["rank"]), int(entry["pid"])
             if rank == self.rank or rank in culprits:
                 continue
@@ -93,6 +96,11 @@ class Reading:
             if fate is not None and not survivor:
                 path = str(entry.get("error_file", ""))
                 culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path)
+        if culprits:  # read after /proc: a naming that preceded what /proc showed is seen
+            survivors = sorted({int(e["rank"]) for e in entries} - {self.rank, *culprits})
+            for named in self.named_by(survivors):
+                if named.rank in culprits and named.pid == culprits[named.rank].pid:
+                    culprits[named.rank] = named
         return sorted(culprits.values(), key=lambda c: c.rank)
 
     def hosts(self, ranks: list[int]) -> dict[int, str]:

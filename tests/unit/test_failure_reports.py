@@ -3,15 +3,20 @@ does not answer costs a survivor a few seconds, not its error."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
 import socket
+import subprocess
 import time
 from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
 
-from gangmesh.runtime import failure_reports, store_line
+from gangmesh.runtime import failure_reports, peer_state, store_line
+from gangmesh.runtime.culprits import Culprit
 from gangmesh.runtime.failure_reports import Channel
 from gangmesh.runtime.store_line import line_to
 
@@ -80,3 +85,32 @@ def test_a_store_that_does_not_answer_leaves_the_survivor_its_plain_error():
         # torch logs the client's timeout: let it happen inside the test, whose output
         # is shown only if it fails
         store_line.end_all(30)
+
+
+def test_a_stopped_culprit_killed_by_a_survivor_is_named_as_that_survivor_saw_it():
+    # Rank 1 (a real process on this host) was stopped; survivor rank 2 named it so, then
+    # killed it on its way out, as under torchrun. Rank 0's gang is {0, 1}: rank 2 is no peer
+    # of it, and /proc shows a process killed by SIGKILL. Rank 0 names what rank 2 saw first.
+    server = served_store()
+    line = line_to("127.0.0.1", server.port, timedelta(seconds=30), "gangmesh/failures")
+    channel = Channel(line, 0, 3)
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        now = time.time()
+        host = f"gangmesh/failures/host/{channel.host}"
+        started = peer_state.start_time(victim.pid)
+        for rank, pid in ((1, victim.pid), (2, os.getpid())):
+            record = {"rank": rank, "pid": pid, "started": started, "seconds": now}
+            server.append(host, json.dumps(record) + "\n")
+        stopped = Culprit(1, channel.host, victim.pid, peer_state.STOPPED, now)
+        named = {"seconds": now, "found": [json.dumps(dataclasses.asdict(stopped))]}
+        server.set("gangmesh/failures/failed/2", str(now))
+        server.set("gangmesh/failures/named/2", json.dumps(named))
+        os.kill(victim.pid, signal.SIGKILL)
+        os.waitid(os.P_PID, victim.pid, os.WEXITED | os.WNOWAIT)  # ended, left a zombie
+        assert peer_state.fate(victim.pid, started) == "was killed by SIGKILL"
+        found = channel.explain([0, 1], 0, timedelta(seconds=0.2))
+        assert found.culprits == (stopped,)
+    finally:
+        victim.kill()
+        victim.wait()
