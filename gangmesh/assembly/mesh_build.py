@@ -16,6 +16,7 @@ from gangmesh.assembly.mesh_views import build_meshes
 from gangmesh.plan.dims import FACTS, Dim
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import _c10d
+from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, holds, lend, split
 from gangmesh.runtime.fake_gang import FakeGang
 from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
@@ -121,7 +122,8 @@ def _with_meshes(
         built.meshes = meshes_of(root, plan, built.gangs, lone.group)
     except (RuntimeError, ValueError) as ex:
         release(built)
-        raise GangError(f"creating the meshes of {plan} failed on rank {root.rank}: {ex}") from ex
+        what = f"creating the meshes of {plan} failed on rank {root.rank}"
+        raise gang_error(what, root.global_ranks, root.rank, timeout, ex) from ex
     # gloo's handshake can end on one side of a new group before the other: a process that
     # closed its gangs at once would break a slower peer's setup. Past this barrier, every
     # process has finished making every group.
@@ -260,7 +262,8 @@ def _gangs(
             )
     except (RuntimeError, ValueError) as ex:
         release(built)
-        raise GangError(f"creating the gangs of {plan} failed on rank {rank}: {ex}") from ex
+        what = f"creating the gangs of {plan} failed on rank {rank}"
+        raise gang_error(what, root.global_ranks, root.rank, timeout, ex) from ex
     return built
 
 

@@ -25,9 +25,10 @@ from gangmesh.plan.layout import Layout
 from gangmesh.plan.multipart import MultiPartPlan
 from gangmesh.plan.parts import PartsPlan, span_text
 from gangmesh.plan.placement import given_sites, placement_request, this_site
+from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.communicators import CommunicatorKey, Parent, split
 from gangmesh.runtime.fake_gang import FakeGang
-from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.runtime.ops import all_gather_objects
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
@@ -131,9 +132,8 @@ def _split_gang(
         parent = Parent(job.as_process_group(), job.timeout, job.high_priority)
         lease = split(parent, groups, key, label, job._anyone_lacks(key))
     except (RuntimeError, ValueError) as ex:
-        raise GangError(
-            f"creating {label} of ranks {members} failed on rank {job.rank}: {ex}"
-        ) from ex
+        what = f"creating {label} of ranks {members} failed on rank {job.rank}"
+        raise gang_error(what, job.global_ranks, job.rank, job.timeout, ex) from ex
     if lease is None:
         return None
     return ProcessGroupGang._leased(

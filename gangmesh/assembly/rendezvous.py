@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d
+from gangmesh.runtime import _c10d, blame, failure_reports, torch_errors
 from gangmesh.runtime.environment import LaunchEnvironment
 from gangmesh.runtime.gang import GangError
 
@@ -69,10 +69,12 @@ def job_store(
         setup: int = base.add("gangmesh/setups", 1) if first else _take_setup(base, deadline)
     except (RuntimeError, ConnectionError) as ex:
         error = GangError(
-            f"rank {env.rank}: no setup number from rank 0 within the timeout through {where} "
-            f"({ex}); rank 0 is gone or did not start setup_root_gang"
+            f"rank {env.rank}: no setup number from rank 0 within the timeout through {where}"
+            f" ({torch_errors.summary(ex, timeout.total_seconds())}); rank 0 is gone or did"
+            " not start setup_root_gang"
         )
         error.culprits = (0,)
+        blame.record(error, time.time())
         raise error from ex
     log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
     store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]
@@ -149,10 +151,10 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
             master_listen_fd=None if listener is None else listener.detach(),
         )
     except (RuntimeError, ValueError, OSError) as ex:
-        role = "serve" if serves else "reach"
-        raise GangError(
-            f"rank {env.rank} could not {role} the job's store at {where}: {ex}"
-        ) from ex
+        if serves:
+            why = torch_errors.summary(ex, timeout.total_seconds())
+            raise GangError(f"rank 0 could not serve the job's store at {where}: {why}") from ex
+        raise _unreachable(env, "did not answer within the timeout") from ex
 
 
 def _ipv4_listener(env: LaunchEnvironment) -> socket.socket | None:
@@ -188,7 +190,6 @@ def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:
     the wait within the configured timeout.
     """
     who = "torchrun's agent" if env.agent_store else "rank 0"
-    where = f"{env.master_addr}:{env.master_port}"
     try:
         socket.getaddrinfo(env.master_addr, env.master_port)
     except OSError as ex:
@@ -200,16 +201,27 @@ def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise GangError(
-                f"rank {env.rank}: the job's store at {where}, served by {who}, did not answer "
-                f"within the timeout; check MASTER_ADDR/MASTER_PORT, and that {who} is running"
-            )
+            raise _unreachable(env, "did not answer within the timeout")
         try:
             with socket.create_connection((env.master_addr, env.master_port), min(1.0, left)):
                 return
         except OSError:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))  # retry back-off
             pause = min(pause * 2, 1.0)
+
+
+def _unreachable(env: LaunchEnvironment, what: str) -> GangError:
+    """The error of rank ``env.rank``, to which the job's store ``what``: where rank 0
+    serves it, rank 0 is named (gone, or not started)."""
+    who = "torchrun's agent" if env.agent_store else "rank 0"
+    error = GangError(
+        f"rank {env.rank}: the job's store at {env.master_addr}:{env.master_port}, served by "
+        f"{who}, {what}; check MASTER_ADDR/MASTER_PORT, and that {who} is running"
+    )
+    if not env.agent_store:
+        error.culprits = (0,)
+        blame.record(error, time.time())
+    return error
 
 
 def meet(
@@ -256,6 +268,7 @@ def meet(
             missing = [m for r, m in enumerate(named) if not store.check([f"{prefix}{r}"])]
             error = GangError(_absentees(store, _label(topic), missing, timeout))
             error.culprits = tuple(missing)
+            blame.record(error, time.time())
             raise error from ex
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
@@ -263,9 +276,7 @@ def meet(
     except (RuntimeError, ConnectionError) as ex:
         if isinstance(ex, GangError):
             raise
-        raise GangError(
-            f"{_label(topic)}: the job's store does not answer ({ex}); {_server()}"
-        ) from ex
+        raise _store_gone(store, _label(topic)) from ex
     return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
 
 
@@ -275,26 +286,37 @@ def _label(topic: str) -> str:
 
 
 def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta) -> str:
-    """Who did not arrive at a meeting: ``missing`` (global ranks), with their hosts where
-    known."""
+    """Who did not arrive at a meeting: ``missing`` (global ranks), with how they broke where
+    the job's failure reports tell, else with their hosts where known."""
+    known = failure_reports.fates(missing)
+    unknown = [r for r in missing if r not in known]
     named = []
-    for r in missing[:16]:
+    for r in unknown[:16]:
         host = store.get(f"host/{r}").decode() if store.check([f"host/{r}"]) else None
         named.append(f"rank {r}" + (f" on {host}" if host else ""))
-    more = f" and {len(missing) - 16} more" if len(missing) > 16 else ""
-    gone = "; rank 0 is among them" if 0 in missing else ""
-    return (
-        f"{topic}: {', '.join(named)}{more} did not arrive within "
-        f"{timeout.total_seconds():g} s{gone}"
-    )
+    more = f" and {len(unknown) - 16} more" if len(unknown) > 16 else ""
+    said = [str(known[r]) for r in sorted(known)]
+    if named:
+        gone = "; rank 0 is among them" if 0 in unknown else ""
+        seconds = timeout.total_seconds()
+        said.append(f"{', '.join(named)}{more} did not arrive within {seconds:g} s{gone}")
+    return f"{topic}: {'; '.join(said)}"
 
 
-def _server() -> str:
-    job = _current_job()
-    if job is not None and not job[1].agent_store:
-        env = job[1]
-        return f"rank 0 serves it at {env.master_addr}:{env.master_port}, so rank 0 is gone"
-    return "its server is gone"
+def _store_gone(store: Store, what: str) -> GangError:
+    """The error of ``what``, a meeting in ``store`` that no longer answers: where rank 0
+    serves the store (no launcher's agent does), rank 0 is gone, and is named (with how it
+    ended, where this host saw it)."""
+    env = _job[1] if _job is not None and _job[0] is store else None
+    if env is None or env.agent_store:
+        return GangError(f"{what}: the job's store does not answer; its server is gone")
+    where = f"{env.master_addr}:{env.master_port}"
+    keeper = failure_reports.store_keeper()
+    fate = f": {keeper}" if keeper is not None else " (it is gone)"
+    error = GangError(f"{what}: the job's store at {where} does not answer; rank 0 serves it{fate}")
+    error.culprits = (0,)
+    blame.record(error, time.time())
+    return error
 
 
 def default_group_store() -> Store:

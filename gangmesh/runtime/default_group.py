@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d, torch_errors
+from gangmesh.runtime import _c10d, failure_reports, torch_errors
+from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.gang import GangError
 
 if TYPE_CHECKING:
@@ -62,23 +66,58 @@ def start(
     backend = backend or backend_for(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    options = _c10d.backend_options(leading_backend(backend), timeout, high_priority)
+    init = partial(
+        dist.init_process_group,
+        backend,
+        init_method=None if store is not None else init_method,
+        store=store,
+        timeout=timeout,
+        rank=rank,
+        world_size=world_size,
+        pg_options=options,
+        # bound to this process's device (torch 2.15's "nccl" binds one itself otherwise)
+        device_id=device if device.type == "cuda" else None,
+    )
     try:
-        dist.init_process_group(
-            backend,
-            init_method=None if store is not None else init_method,
-            store=store,
-            timeout=timeout,
-            rank=rank,
-            world_size=world_size,
-            pg_options=_c10d.backend_options(leading_backend(backend), timeout, high_priority),
-            # bound to this process's device (torch 2.15's "nccl" binds one itself otherwise)
-            device_id=device if device.type == "cuda" else None,
-        )
-    except (RuntimeError, ValueError) as ex:
-        why = torch_errors.summary(ex, timeout.total_seconds())
-        raise GangError(f"the default process group ({backend}) failed to start: {why}") from ex
+        if device.type == "cuda":
+            init()  # on this thread: the device set above is this thread's
+        else:
+            _within(timeout.total_seconds(), init)
+    except (RuntimeError, ValueError, TimeoutError) as ex:
+        what = f"the default process group ({backend}) failed to start"
+        channel = failure_reports.channel()
+        if channel is None:
+            why = torch_errors.summary(ex, timeout.total_seconds())
+            raise GangError(f"{what}: {why}") from ex
+        everyone = list(range(channel.world_size))
+        raise gang_error(what, everyone, channel.rank, timeout, ex) from ex
     log.info("Root gang up: %s, rank %d of %d", backend, dist.get_rank(), dist.get_world_size())
     return running()
+
+
+def _within(bound: float, init: Callable[[], None]) -> None:
+    """Run ``init`` on a thread of its own and wait for it ``bound`` seconds at most: gloo's
+    connect was seen to take several times its timeout where a peer died midway through it.
+    Past the bound the thread is left behind, blocked in torch (the process is failing).
+
+    :raises TimeoutError: ``init`` did not end within ``bound`` seconds.
+    """
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            init()
+        except BaseException as ex:  # handed to the caller's thread
+            failed.append(ex)
+
+    thread = threading.Thread(target=run, name="gangmesh-start", daemon=True)
+    thread.start()
+    thread.join(bound)
+    if thread.is_alive():
+        raise TimeoutError(f"the group did not start within its timeout, {bound:g} s")
+    if failed:
+        raise failed[0]
 
 
 def running() -> ProcessGroup:

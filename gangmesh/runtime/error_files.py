@@ -11,7 +11,8 @@ So a survivor that names a culprit on its own host writes the culprit's file whe
 culprit has none (dated a second before the survivor's collective failed: it broke no later
 than that), and its own file, dated a second after; a survivor that ends then first lets
 those culprits end, killing a stopped one, so that torchrun counts them. The culprit's path
-comes from the failure reports, where each process leaves it when its root gang is made.
+comes from the failure reports, where each process leaves it as it sets up; for a rank that
+never got that far, from torchrun's layout of the files of one host's ranks.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from gangmesh.runtime import peer_state
+from gangmesh.runtime.culprits import Culprit
+from gangmesh.runtime.environment import read_launch_environment
 
 log = logging.getLogger("gangmesh")
 
@@ -34,6 +38,25 @@ _POLL = 0.02
 def own_path() -> str:
     """This process's error file; empty where no torchelastic agent watches it."""
     return os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+
+
+def path_of_local(rank: int) -> str:
+    """The error file torchrun gave global rank ``rank``, where it runs on this host under
+    the same agent and this process's own file is laid out as torchrun's default log
+    settings lay them out (``<attempt folder>/<local rank>/error.json``, a folder per local
+    rank); empty elsewhere. For a rank that never said where its file is."""
+    own = Path(own_path())
+    try:
+        env = read_launch_environment()
+    except ValueError:
+        env = None
+    if env is None or env.launcher != "torchrun" or own.name != "error.json":
+        return ""
+    local = rank - (env.rank - env.local_rank)
+    if not 0 <= local < env.local_world_size or own.parent.name != str(env.local_rank):
+        return ""
+    folder = own.parent.parent / str(local)
+    return str(folder / own.name) if folder.is_dir() else ""
 
 
 def write(path: str, message: str, callstack: str, seconds: float) -> None:
@@ -60,6 +83,15 @@ def write_for_culprit(path: str, description: str, failed_at: float) -> None:
         return
     what = f"{description} (seen by a survivor)"
     write(path, what, what, failed_at - 1)
+
+
+def for_culprits(culprits: list[Culprit], host: str, failed_at: float) -> None:
+    """Write error files in the name of the culprits on ``host`` (this one) that left none,
+    and wait for them to end before this process ends."""
+    here = [c for c in culprits if c.host == host]
+    for culprit in here:
+        write_for_culprit(culprit.error_file, str(culprit), failed_at)
+    remember(c.pid for c in here)
 
 
 _pending: set[int] = set()

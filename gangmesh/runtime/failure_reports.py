@@ -135,19 +135,45 @@ class Channel:
 
         return self._line.call(explain_and_say_so, wait + _READING_BOUND - _WAIT_FOR_PEERS)
 
-    def who_broke(self, bound: float) -> list[Culprit]:
-        """This process is being stopped: say so, and who broke the job as far as the
-        reports, the other survivors and /proc tell (bounded by ``bound`` seconds).
+    def who_broke(self, bound: float) -> str:
+        """This process is being stopped: say so, and what it knows, in words that follow
+        "stopped": "after" who broke the job as far as the reports, the other survivors and
+        /proc tell, or else which ranks had not reached the job's store ("" where none of
+        these tells; bounded by ``bound`` seconds).
 
         :raises TimeoutError: the store did not answer in time.
         :raises RuntimeError: the store cannot be reached.
         """
 
-        def look(store: Any) -> list[Culprit]:
+        def look(store: Any) -> str:
             read = self._reading(store)
             store.set(f"stopped/{self.rank}", str(time.time()))
             others = [r for r in range(self.world_size) if r != self.rank]
-            return read.reported() or read.named_by(others) or read.local_fates()
+            culprits = read.reported() or read.named_by(others) or read.local_fates()
+            if culprits:
+                return "after " + "; ".join(map(str, culprits))
+            missing = read.unregistered(self.world_size)
+            if not missing:
+                return ""
+            return f"during setup; global ranks {missing} had not reached the job's store"
+
+        return self._line.call(look, bound)
+
+    def fates(self, ranks: list[int], bound: float) -> dict[int, Culprit]:
+        """What became of ``ranks`` (global ranks that did not come to a meeting), as far as
+        their own reports, the other survivors and /proc tell; bounded by ``bound`` seconds.
+
+        :raises TimeoutError: the store did not answer in time.
+        :raises RuntimeError: the store cannot be reached.
+        """
+
+        def look(store: Any) -> dict[int, Culprit]:
+            read = self._reading(store)
+            others = [r for r in range(self.world_size) if r != self.rank]
+            found = {c.rank: c for c in read.local_fates()}
+            found.update((c.rank, c) for c in read.named_by(others))
+            found.update((c.rank, c) for c in read.reported())
+            return {rank: found[rank] for rank in ranks if rank in found}
 
         return self._line.call(look, bound)
 
@@ -246,7 +272,7 @@ new. Not the group itself: a reference would keep its backend and threads alive 
 
 
 def open_channel(
-    group: object,
+    group: object | None,
     store: tuple[str, int],
     rank: int,
     world_size: int,
@@ -255,12 +281,16 @@ def open_channel(
 ) -> None:
     """Make this process's reports go to the job's store at ``store`` (address, port), for
     default group ``group``; a job of one process has no one to tell, nothing is opened.
-    ``serves_store``: the store lives in this process."""
+    ``group`` None: the default group is about to start, and takes the channel over once
+    it has. ``serves_store``: the store lives in this process."""
     global _channel, _opened_for, _timeout
-    if world_size < 2 or (_channel is not None and _opened_for == id(group)):
+    if world_size < 2:
+        return
+    if _channel is not None and _opened_for in (None, id(group)):
+        _opened_for = None if group is None else id(group)
         return
     _channel = Channel(line_to(*store, timeout, _PREFIX), rank, world_size, serves_store)
-    _opened_for = id(group)
+    _opened_for = None if group is None else id(group)
     _timeout = timeout
 
 
@@ -268,17 +298,48 @@ _timeout = timedelta(0)
 """The timeout of the job whose reports the channel holds."""
 
 
-def who_broke(bound: float) -> list[Culprit]:
-    """Who broke the job, as far as known within ``bound`` seconds, for a process being
-    stopped (see :mod:`gangmesh.runtime.stop_notice`); [] where nothing is known."""
+def who_broke(bound: float) -> str:
+    """Who broke the job, in words that follow "stopped", as far as known within ``bound``
+    seconds, for a process being stopped (see :mod:`gangmesh.runtime.stop_notice`); ""
+    where nothing is known."""
     current = _channel
     if current is None:
-        return []
+        return ""
     try:
         return current.who_broke(bound)
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
-        return []
+        return ""
+
+
+def fates(ranks: list[int]) -> dict[int, Culprit]:
+    """What became of global ranks ``ranks``, which did not come to a meeting, where known
+    within a couple of seconds: rank -> culprit; {} where nothing is known."""
+    current = _channel
+    if current is None:
+        return {}
+    failed_at = time.time()
+    try:
+        found = current.fates(ranks, _REPORT_BOUND)
+    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
+        log.debug("the job's failure reports cannot be read: %s", ex)
+        return {}
+    error_files.for_culprits(list(found.values()), current.host, failed_at)
+    for rank in set(ranks) - set(found):  # never said where it runs: on this host, maybe
+        path = error_files.path_of_local(rank)
+        error_files.write_for_culprit(path, f"global rank {rank} did not arrive", failed_at)
+    return found
+
+
+def store_keeper() -> Culprit | None:
+    """Rank 0, where it served the job's store on this host and ended (as /proc tells);
+    None where that is not known."""
+    current = _channel
+    gone = None if current is None else current.without_store()
+    if current is None or gone is None:
+        return None
+    error_files.for_culprits(list(gone.culprits), current.host, time.time())
+    return gone.culprits[0]
 
 
 def keep_store_for_survivors() -> None:
@@ -331,8 +392,5 @@ def explain(
         if gone is None:
             return None
         found = gone
-    here = [c for c in found.culprits if c.host == current.host]
-    for culprit in here:
-        error_files.write_for_culprit(culprit.error_file, str(culprit), failed_at)
-    error_files.remember(c.pid for c in here)
+    error_files.for_culprits(list(found.culprits), current.host, failed_at)
     return found

@@ -8,7 +8,6 @@ the gang. :class:`~gangmesh.ProcessGroupGang` adds how a gang holds its group.
 from __future__ import annotations
 
 import re
-import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -19,8 +18,9 @@ from torch.distributed import ProcessGroup
 from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError
-from gangmesh.runtime import _backend, _c10d, error_files, failure_reports, torch_errors
+from gangmesh.runtime import _backend, _c10d
 from gangmesh.runtime._validate import Splits, normalized_device
+from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.runtime.rank_order import RankOrder
 
@@ -211,23 +211,8 @@ class GroupGang(PlacedGang):
         self, op: str, cause: Exception, reason: tuple[str, tuple[int, ...]] | None = None
     ) -> NoReturn:
         """Raise the GangError of failed collective ``op``, naming the rank that broke it
-        where the job's failure reports tell (read here only, after the failure), or where
-        ``reason`` (what a monitored barrier found, and the global ranks it names) does."""
-        failed_at = time.time()
-        found = failure_reports.explain(self._global_ranks, self._rank, self._timeout, failed_at)
-        seconds = self._timeout.total_seconds()
-        detail = torch_errors.summary(cause, seconds) if reason is None else reason[0]
-        if found is not None and (found.culprits or (found.absent_global and reason is None)):
-            detail = f"{found} ({detail})"  # a monitored barrier's own finding stays as it is
-        error = GangError(f"{op} failed on {self.describe()}: {detail}")
-        if found is not None and found.culprits:
-            error.culprits = tuple(c.rank for c in found.culprits)
-        elif reason is not None:
-            error.culprits = reason[1]
-        elif found is not None:
-            error.culprits = found.absent_global
-        if error.culprits and error_files.own_path():
-            # dated after the culprits' files, whether or not this process lets it go uncaught
-            text = f"GangError: {error}"
-            error_files.write(error_files.own_path(), text, text, failed_at + 1)
-        raise error from cause
+        (see :func:`~gangmesh.runtime.blame.gang_error`)."""
+        what = f"{op} failed on {self.describe()}"
+        raise gang_error(
+            what, self._global_ranks, self._rank, self._timeout, cause, reason
+        ) from cause

@@ -17,6 +17,9 @@ _EXIT_CODE_FIELD = 52
 _START_TIME_FIELD = 22
 STOPPED = "is stopped (SIGSTOP, SIGTSTP or a debugger) and does not answer"
 """What :func:`fate` says of a stopped process."""
+TERMINATED = ("was killed by SIGTERM", f"exited with code {128 + signal.SIGTERM}")
+"""What :func:`fate` says of a process that SIGTERM ended (by default, or by a handler that
+ends the process as a shell reports SIGTERM's end): how a launcher stops its processes."""
 
 
 def _fields(pid: int) -> list[str] | None:

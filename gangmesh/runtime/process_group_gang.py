@@ -19,10 +19,10 @@ from gangmesh.runtime import (
     failure_reports,
     last_words,
     stop_notice,
-    torch_errors,
 )
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime._validate import normalized_device
+from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.communicators import (
     CommunicatorKey,
     Lease,
@@ -32,7 +32,7 @@ from gangmesh.runtime.communicators import (
     split,
 )
 from gangmesh.runtime.environment import read_launch_environment
-from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, ReduceOperation
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, ReduceOperation
 from gangmesh.runtime.group_gang import GroupGang
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class ProcessGroupGang(GroupGang):
             high_priority=high_priority,
         )
         gang._owns_default_group = True
-        _open_failure_reports(world, gang.timeout)
+        open_failure_reports(world, gang.timeout)
         return gang
 
     @classmethod
@@ -173,7 +173,7 @@ class ProcessGroupGang(GroupGang):
             monitored=monitored,
             high_priority=high_priority,
         )
-        _open_failure_reports(world, gang.timeout)
+        open_failure_reports(world, gang.timeout)
         return gang
 
     @classmethod
@@ -342,8 +342,8 @@ class ProcessGroupGang(GroupGang):
             needed = self._anyone_lacks(mine)
             lease = split(parent, [sorted(members)], mine, f"{self._name}[sub]", needed)
         except (RuntimeError, ValueError) as ex:
-            why = torch_errors.summary(ex, self.timeout.total_seconds())
-            raise GangError(f"create_gang({ranks}) failed on {self.describe()}: {why}") from ex
+            what = f"create_gang({ranks}) failed on {self.describe()}"
+            raise gang_error(what, self._global_ranks, self._rank, self._timeout, ex) from ex
         if lease is None:
             return None
         return ProcessGroupGang._leased(
@@ -356,10 +356,11 @@ class ProcessGroupGang(GroupGang):
         )
 
 
-def _open_failure_reports(world: ProcessGroup, timeout: timedelta) -> None:
+def open_failure_reports(world: ProcessGroup | None, timeout: timedelta) -> None:
     """Let this process name the culprit when a collective fails, and be named if it is one
-    (not in a simulated world: the fake backend's ranks have no peers)."""
-    if dist.get_backend(world) == "fake":
+    (not in a simulated world: the fake backend's ranks have no peers). ``world`` None: the
+    default group is about to start from the launcher's variables (its start can fail too)."""
+    if world is not None and dist.get_backend(world) == "fake":
         return
     try:
         env = read_launch_environment()
@@ -372,8 +373,8 @@ def _open_failure_reports(world: ProcessGroup, timeout: timedelta) -> None:
     failure_reports.open_channel(
         world,
         (env.master_addr, env.master_port),
-        dist.get_rank(),
-        dist.get_world_size(),
+        env.rank if world is None else dist.get_rank(),
+        env.world_size if world is None else dist.get_world_size(),
         timeout,
         serves_store=serves,
     )

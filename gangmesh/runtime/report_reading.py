@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gangmesh.runtime import peer_state
+from gangmesh.runtime import error_files, peer_state
 from gangmesh.runtime.culprits import Culprit
 
 
@@ -84,15 +84,18 @@ class Reading:
     def local_fates(self) -> list[Culprit]:
         """The processes of this job on this host that are gone, ended or stopped; one that a
         survivor on this host named earlier is as that survivor saw it (a stopped culprit
-        that a survivor killed on its way out was named before it was killed)."""
+        that a survivor killed on its way out was named before it was killed). Under
+        torchrun, one that SIGTERM ended is not among them: torchrun stopped it."""
         culprits: dict[int, Culprit] = {}
         entries = self.entries(f"host/{self.host}")
+        watched = error_files.own_path() != ""
         for entry in reversed(entries):
             rank, pid = int(entry["rank"]), int(entry["pid"])
             if rank == self.rank or rank in culprits:
                 continue
             fate = peer_state.fate(pid, entry.get("started"))
             survivor = self.current(f"failed/{rank}") or self.current(f"stopped/{rank}")
+            survivor |= watched and fate in peer_state.TERMINATED  # torchrun stopped it
             if fate is not None and not survivor:
                 path = str(entry.get("error_file", ""))
                 culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path)
@@ -102,6 +105,17 @@ class Reading:
                 if named.rank in culprits and named.pid == culprits[named.rank].pid:
                     culprits[named.rank] = named
         return sorted(culprits.values(), key=lambda c: c.rank)
+
+    def unregistered(self, world_size: int) -> list[int]:
+        """The ranks of the job that have not said where they run in this attempt: they
+        never reached the job's store (ended before, or not started yet)."""
+
+        def here(key: str) -> bool:
+            record = json.loads(bytes(self.store.get(key)))
+            return float(record["seconds"]) >= self.since
+
+        keys = [f"rank/{rank}" for rank in range(world_size)]
+        return [r for r, key in enumerate(keys) if not (self.store.check([key]) and here(key))]
 
     def hosts(self, ranks: list[int]) -> dict[int, str]:
         """The hosts this attempt recorded for ``ranks``; {} where one is missing."""

@@ -96,8 +96,9 @@ def _in_main_thread(signum: int, frame: FrameType | None) -> None:
 def _say_who() -> None:
     channel = failure_reports.channel()
     if channel is None:
+        rank = os.environ.get("RANK", "?")
+        log.error("global rank %s stopped (SIGTERM) before it reached the job's store", rank)
         return
-    culprits = failure_reports.who_broke(_BOUND)
-    if culprits:
-        text = "; ".join(map(str, culprits))
-        log.error("global rank %d stopped (SIGTERM) after %s", channel.rank, text)
+    text = failure_reports.who_broke(_BOUND)
+    if text:
+        log.error("global rank %d stopped (SIGTERM) %s", channel.rank, text)

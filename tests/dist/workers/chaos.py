@@ -1,14 +1,16 @@
 """A training loop on 4 processes (dp_shard 2 x tp 2) in which one rank breaks at a drawn moment.
 
-    chaos.py OUT VICTIM KIND DELAY ENDING TIMEOUT
+    chaos.py OUT VICTIM KIND DELAY ENDING TIMEOUT MOMENT
 
-VICTIM breaks DELAY seconds after its gangs are made: KIND "raise" raises at its next step
-(an exception of the user's code), "exit" ends the process at once (``os._exit(3)``),
-"sigkill" and "sigstop" are signals sent to itself, the three by a thread of its own at that
-very moment, wherever the main thread is. Every other rank writes the GangError it gets,
-then lets it go uncaught (ENDING "raise") or catches it and ends with ``sys.exit(1)`` at once
-(ENDING "catch"). KIND "hang" stops entering collectives at its next step, alive (a rank
-stuck elsewhere). TIMEOUT is the root gang's timeout in seconds.
+VICTIM breaks DELAY seconds after MOMENT: "setup", the start of setup (before
+``setup_root_gang``: the fault can strike inside it, gloo's connect included, inside
+``create_gangs``, or in the first steps), or "loop", once its gangs are made. KIND "raise"
+raises at its next step (an exception of the user's code), "exit" ends the process at once
+(``os._exit(3)``), "sigkill" and "sigstop" are signals sent to itself, the three by a thread
+of its own at that very moment, wherever the main thread is. Every other rank writes the
+GangError it gets, then lets it go uncaught (ENDING "raise") or catches it and ends with
+``sys.exit(1)`` at once (ENDING "catch"). KIND "hang" stops entering collectives at its next
+step, alive (a rank stuck elsewhere). TIMEOUT is the root gang's timeout in seconds.
 """
 
 from __future__ import annotations
@@ -55,15 +57,19 @@ def end_victim(victim: int) -> None:
 def main() -> None:
     victim, kind, delay = int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
     ending, timeout = sys.argv[5], timedelta(seconds=float(sys.argv[6]))
-    root = gm.setup_root_gang(timeout=timeout)
-    gangs = gm.create_gangs(root, tp=2)
-    me = root.rank
+    moment = sys.argv[7]
+    me = int(os.environ["RANK"])
     broke = threading.Event()
-    if me == victim:
-        threading.Timer(delay, strike, (kind, me, broke)).start()
-    else:
-        write_results(me, {"pid": os.getpid()})
+    strikes = threading.Timer(delay, strike, (kind, me, broke))
+    if me != victim:
+        write_results(me, {"pid": os.getpid(), "started": time.time()})
+    elif moment == "setup":
+        strikes.start()
     try:
+        root = gm.setup_root_gang(timeout=timeout)
+        gangs = gm.create_gangs(root, tp=2)
+        if me == victim and moment == "loop":
+            strikes.start()
         for step in range(1_000_000):
             if broke.is_set() and kind == "hang":
                 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
@@ -75,8 +81,8 @@ def main() -> None:
             loss = activations.sum().reshape(1)
             gangs.dp.all_reduce(loss, gm.ReduceOperation.SUM)
     except gm.GangError as ex:
-        found = {"pid": os.getpid(), "error": str(ex), "culprits": list(ex.culprits),
-                 "cause": str(ex.__cause__)}  # fmt: skip
+        found = json.loads((Path(sys.argv[1]) / f"rank{me}.json").read_text())
+        found.update(error=str(ex), culprits=list(ex.culprits), cause=str(ex.__cause__))
         write_results(me, {**found, "at": time.time()})
         if kind in ("sigstop", "hang"):
             end_victim(victim)

@@ -1,0 +1,48 @@
+"""The GangError of a failure, naming who broke it where the job's failure reports tell."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from gangmesh.runtime import error_files, failure_reports, torch_errors
+from gangmesh.runtime.gang import GangError
+
+
+def gang_error(
+    what: str,
+    global_ranks: list[int],
+    rank: int,
+    timeout: timedelta,
+    cause: BaseException,
+    reason: tuple[str, tuple[int, ...]] | None = None,
+) -> GangError:
+    """The error of ``what`` (``"op failed on gang ..."``), which ``cause`` ended for the
+    process of gang rank ``rank`` of a gang of ``global_ranks``: it names the culprits
+    where the failure reports tell (read here, after the failure), or else ``reason``
+    (a finding of the caller's, and the global ranks it names), or else the members that
+    did not take part. Where it names a rank, the process's torchelastic error file says so,
+    dated after the culprits' own files."""
+    failed_at = time.time()
+    found = failure_reports.explain(global_ranks, rank, timeout, failed_at)
+    detail = torch_errors.summary(cause, timeout.total_seconds()) if reason is None else reason[0]
+    if found is not None and (found.culprits or (found.absent_global and reason is None)):
+        detail = f"{found} ({detail})"  # a caller's own finding stays as it is
+    error = GangError(f"{what}: {detail}")
+    if found is not None and found.culprits:
+        error.culprits = tuple(c.rank for c in found.culprits)
+    elif reason is not None:
+        error.culprits = reason[1]
+    elif found is not None:
+        error.culprits = found.absent_global
+    record(error, failed_at)
+    return error
+
+
+def record(error: GangError, failed_at: float) -> None:
+    """Where ``error`` (which ended a wait at ``failed_at``) names culprits, say so in this
+    process's torchelastic error file, dated after the culprits' own files, whether or not
+    this process lets the error go uncaught."""
+    if error.culprits and error_files.own_path():
+        text = f"GangError: {error}"
+        error_files.write(error_files.own_path(), text, text, failed_at + 1)
