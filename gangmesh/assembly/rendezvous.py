@@ -95,7 +95,7 @@ def _announce_setup(base: Store, env: LaunchEnvironment, setup: int, deadline: f
     pause = 0.002
     while base.add(taken, 0) < env.world_size - 1 and time.monotonic() < deadline:
         announcement = base.add("gangmesh/announcements", 1)
-        base.set(f"gangmesh/announcement{announcement}", str(setup))
+        base.set(f"gangmesh/announcement{announcement}", json.dumps([setup, time.time()]))
         # A plain pause: after store waits that time out, torch's client was seen to
         # read later answers out of step.
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
@@ -107,10 +107,36 @@ def _take_setup(base: Store, deadline: float) -> int:
     after: int = base.add("gangmesh/announcements", 0)
     announcement = f"gangmesh/announcement{after + 1}"
     base.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
-    setup = int(base.get(announcement))
+    setup = int(json.loads(base.get(announcement))[0])
     taken = f"gangmesh/setup{setup}/taken"
     base.add(taken, 1)
     return setup
+
+
+def unannounced(env: LaunchEnvironment, timeout: timedelta, error: GangError) -> GangError:
+    """``error``, of the setup meeting; or, where some ranks never took the setup number and
+    rank 0 stopped announcing it long before the timeout (it was stopped, or ended, while
+    they waited), an error that names rank 0."""
+    base = _connections.get((env.master_addr, env.master_port, env.rank, env.agent_store))
+    if env.rank == 0 or base is None:
+        return error
+    try:
+        last = base.add("gangmesh/announcements", 0)
+        setup, said = json.loads(base.get(f"gangmesh/announcement{last}"))
+        waiting = env.world_size - 1 - base.add(f"gangmesh/setup{setup}/taken", 0)
+    except (RuntimeError, ValueError, ConnectionError):
+        return error
+    quiet = time.time() - float(said)
+    if waiting <= 0 or quiet < timeout.total_seconds() / 2:
+        return error
+    keeper = failure_reports.fates([0]).get(0)
+    named = GangError(
+        f"{error}: {waiting} of them got no setup number from rank 0, which stopped announcing "
+        f"it {quiet:.0f} s ago: " + (str(keeper) if keeper else "rank 0 is stopped or gone")
+    )
+    named.culprits = (0,)
+    blame.record(named, time.time())
+    return named
 
 
 def started_with(store: Store) -> None:
@@ -266,10 +292,9 @@ def meet(
             store.wait([f"{prefix}all"], timeout if left is None else left)
         except RuntimeError as ex:
             missing = [m for r, m in enumerate(named) if not store.check([f"{prefix}{r}"])]
-            error = GangError(_absentees(store, _label(topic), missing, timeout))
-            error.culprits = tuple(missing)
-            blame.record(error, time.time())
-            raise error from ex
+            if not missing:  # each left its request; one stopped or ended before it counted
+                missing = sorted(failure_reports.fates(named))
+            raise _absentees(store, _label(topic), missing, timeout) from ex
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
         texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
@@ -285,9 +310,10 @@ def _label(topic: str) -> str:
     return topic.partition("#")[0].partition("@")[0]
 
 
-def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta) -> str:
-    """Who did not arrive at a meeting: ``missing`` (global ranks), with how they broke where
-    the job's failure reports tell, else with their hosts where known."""
+def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta) -> GangError:
+    """The error of a meeting that ``missing`` (global ranks) did not come to, saying how
+    they broke where the job's failure reports tell, else their hosts where known. Its
+    culprits are those that broke, where some did (the others may be waiting for them)."""
     known = failure_reports.fates(missing)
     unknown = [r for r in missing if r not in known]
     named = []
@@ -296,11 +322,16 @@ def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta)
         named.append(f"rank {r}" + (f" on {host}" if host else ""))
     more = f" and {len(unknown) - 16} more" if len(unknown) > 16 else ""
     said = [str(known[r]) for r in sorted(known)]
+    seconds = timeout.total_seconds()
     if named:
         gone = "; rank 0 is among them" if 0 in unknown else ""
-        seconds = timeout.total_seconds()
         said.append(f"{', '.join(named)}{more} did not arrive within {seconds:g} s{gone}")
-    return f"{topic}: {'; '.join(said)}"
+    if not said:
+        said.append(f"every rank came, yet the meeting did not end within {seconds:g} s")
+    error = GangError(f"{topic}: {'; '.join(said)}")
+    error.culprits = tuple(sorted(known)) or tuple(missing)
+    blame.record(error, time.time())
+    return error
 
 
 def _store_gone(store: Store, what: str) -> GangError:

@@ -12,13 +12,13 @@ import torch
 import torch.distributed as dist
 
 from gangmesh.assembly.agreement import disagreement
-from gangmesh.assembly.rendezvous import job_store, meet, started_with
+from gangmesh.assembly.rendezvous import job_store, meet, started_with, unannounced
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_timeout
 from gangmesh.runtime import stop_notice
 from gangmesh.runtime._validate import check_cuda_device
 from gangmesh.runtime.default_group import backend_for, default_device
 from gangmesh.runtime.environment import LaunchEnvironment, read_launch_environment
-from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
+from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
 from gangmesh.runtime.process_group_gang import ProcessGroupGang, open_failure_reports
 
 if TYPE_CHECKING:
@@ -84,10 +84,17 @@ def setup_root_gang(
         request = {"backend": backend, "timeout_s": timeout.total_seconds()}
         meeting = partial(meet, topic="setup_root_gang", rank=rank, world_size=world_size,
                           request=request, timeout=timeout)  # fmt: skip
-        store = job_store(env, timeout, partial(meeting, wait=False))
-        open_failure_reports(None, timeout)  # a rank that breaks from here on is named
+
+        def arrive(store: Store) -> None:
+            meeting(store, wait=False)
+            open_failure_reports(None, timeout)  # a rank that breaks from here on is named
+
+        store = job_store(env, timeout, arrive)
         left = timedelta(seconds=max(0.001, deadline - time.monotonic()))
-        differing = meeting(store, arrived=True, left=left)
+        try:
+            differing = meeting(store, arrived=True, left=left)
+        except GangError as ex:
+            raise unannounced(env, timeout, ex) from ex
         if differing is not None:
             raise ValueError(f"setup_root_gang: {disagreement(differing)}")
     root = ProcessGroupGang.create_default_process_group(

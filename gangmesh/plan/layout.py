@@ -239,7 +239,8 @@ def _check_dense(sizes: dict[Dim, object]) -> dict[Dim, int]:
     inferred = [name for name, size in checked.items() if size == -1]
     if len(inferred) > 1:
         raise ValueError(
-            f"{' and '.join(inferred)}: at most one size may be -1 (inferred), got "
+            f"{', '.join(inferred[:-1])} and {inferred[-1]}: at most one size may be -1 "
+            f"(inferred), got "
             f"{_product_text(checked)}{_default(inferred)}"
         )
     return checked

@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 
 from gangmesh.runtime import error_files, failure_reports, torch_errors
+from gangmesh.runtime.culprits import Call
 from gangmesh.runtime.gang import GangError
 
 
@@ -16,21 +17,26 @@ def gang_error(
     timeout: timedelta,
     cause: BaseException,
     reason: tuple[str, tuple[int, ...]] | None = None,
+    call: Call | None = None,
 ) -> GangError:
     """The error of ``what`` (``"op failed on gang ..."``), which ``cause`` ended for the
     process of gang rank ``rank`` of a gang of ``global_ranks``: it names the culprits
     where the failure reports tell (read here, after the failure), or else ``reason``
     (a finding of the caller's, and the global ranks it names), or else the members that
-    did not take part. Where it names a rank, the process's torchelastic error file says so,
-    dated after the culprits' own files."""
+    did not take part. ``call``: the collective that failed, which the members in other
+    collectives are named against. Where it names a rank, the process's torchelastic error
+    file says so, dated after the culprits' own files."""
     failed_at = time.time()
-    found = failure_reports.explain(global_ranks, rank, timeout, failed_at)
+    found = failure_reports.explain(global_ranks, rank, timeout, failed_at, call)
     detail = torch_errors.summary(cause, timeout.total_seconds()) if reason is None else reason[0]
-    if found is not None and (found.culprits or (found.absent_global and reason is None)):
+    named = found is not None and (found.culprits or found.mismatched or found.absent_global)
+    if found is not None and named and (found.culprits or reason is None):
         detail = f"{found} ({detail})"  # a caller's own finding stays as it is
     error = GangError(f"{what}: {detail}")
     if found is not None and found.culprits:
         error.culprits = tuple(c.rank for c in found.culprits)
+    elif found is not None and found.mismatched and reason is None:
+        error.culprits = tuple(rank for rank, _ in found.mismatched)
     elif reason is not None:
         error.culprits = reason[1]
     elif found is not None:

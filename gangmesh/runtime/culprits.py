@@ -26,6 +26,27 @@ class Culprit:
 
 
 @dataclass(frozen=True)
+class Call:
+    """A collective a process is in: on which gang, the how-many-th there, and on what."""
+
+    gang: str
+    members: tuple[int, ...]
+    """The gang's global ranks, by gang rank."""
+    number: int
+    """How many collectives this process entered on the gang, this one included."""
+    op: str
+    shape: tuple[int, ...] | None = None
+    dtype: str = ""
+
+    def text(self, of: Call | None = None) -> str:
+        """This call in words; where ``of`` is on the same gang, only what differs."""
+        tensor = "" if self.shape is None else f" on {list(self.shape)} {self.dtype}"
+        if of is not None and (of.gang, of.members) == (self.gang, self.members):
+            return f"{self.op}{tensor}, call {self.number} of the gang"
+        return f"{self.op}{tensor}, call {self.number} of gang '{self.gang}'"
+
+
+@dataclass(frozen=True)
 class Explanation:
     """What a survivor knows about a failed collective."""
 
@@ -40,11 +61,20 @@ class Explanation:
     seen_by: int | None = None
     """The global rank of the gang's member that found the absent ranks, where another
     gang's members did (this gang's all took part; one of them waited for those ranks)."""
+    mine: Call | None = None
+    """The call this process failed in, where members are in other calls."""
+    mismatched: tuple[tuple[int, Call], ...] = ()
+    """The members in another call than ``mine``: global rank, and that call."""
 
     @override
     def __str__(self) -> str:
         if self.culprits:
             return "; ".join(map(str, self.culprits))
+        if self.mine is not None and self.mismatched:
+            theirs = "; ".join(
+                f"global rank {rank} is in {call.text(self.mine)}" for rank, call in self.mismatched
+            )
+            return f"collectives do not match: {theirs}; this process is in {self.mine.text()}"
         if not self.absent_global:
             return ""
         where = f" on {', '.join(self.absent_hosts)}" if self.absent_hosts else ""

@@ -1,25 +1,22 @@
 """Who broke the job: reports in the job's store, read only after a collective failed.
 
-Each process of a job writes where it runs (host, pid) once, when its root gang is made. A
-process about to die of an uncaught exception appends a report (rank, host, what it raised)
-before it goes (:mod:`gangmesh.runtime.last_words`). A survivor whose collective failed reads the
-reports; where none names a culprit it asks /proc what became of the processes on its own
-host (:mod:`gangmesh.runtime.peer_state`): gone, killed by a signal, or stopped. Where that tells
-nothing either, it waits a bounded time for the gang's other members to report the failure
-too (looking again at the reports, at what the other survivors named, and at /proc
-meanwhile: a peer whose connection just closed may still be exiting), and names those that
-did not, with their hosts; where all did, the ranks one of them waited for. Each survivor
-leaves what it found for the others (:mod:`gangmesh.runtime.report_reading` says what is
-kept where). Where rank 0 serves the store, it keeps it at exit until the others have read
-it. Collectives that succeed read and write nothing here.
+Each process writes where it runs (host, pid) as it sets up, and a process about to die of
+an uncaught exception reports what it raised (:mod:`gangmesh.runtime.last_words`). A
+survivor whose collective failed reads the reports, then asks /proc what became of the
+processes on its host (:mod:`gangmesh.runtime.peer_state`): gone, killed, or stopped. Where
+that tells nothing, it waits a bounded time for the gang's other members to report the
+failure too (still looking: a peer whose connection just closed may be exiting); it names
+the members that failed in another collective than its own (another gang, call, op or
+shape), else those that did not report, with their hosts, else the ranks one of them
+waited for. Each survivor leaves what it found for the others
+(:mod:`gangmesh.runtime.report_reading` says what is kept where); rank 0, where it serves
+the store, keeps it at exit until the others have read it. Collectives that succeed read
+and write nothing here.
 
 The reports go through a connection of their own to the job's store (MASTER_ADDR and
-MASTER_PORT), made when the root gang is made and used by one thread of its own
-(:mod:`gangmesh.runtime.store_line`), with every wait bounded: where the store's host
-cannot be reached (this host was cut off the network), a report or a reading gives up in
-seconds and the caller goes on without it; the connection torch's groups use is never
-held. Entries written before this process started belong to an earlier attempt of the job
-and are passed over.
+MASTER_PORT), used by one thread (:mod:`gangmesh.runtime.store_line`), every wait bounded:
+where the store cannot be reached (this host was cut off), a report or a reading gives up
+in seconds. Entries older than this process belong to an earlier attempt and are passed over.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from gangmesh.runtime import error_files, peer_state
-from gangmesh.runtime.culprits import Culprit, Explanation
+from gangmesh.runtime.culprits import Call, Culprit, Explanation
 from gangmesh.runtime.report_reading import Reading
 from gangmesh.runtime.store_line import Line, end_all, line_to
 
@@ -118,7 +115,13 @@ class Channel:
         self._line.call(lambda store: store.append("reports", entry + "\n"), _REPORT_BOUND)
         return culprit
 
-    def explain(self, global_ranks: list[int], gang_rank: int, timeout: timedelta) -> Explanation:
+    def explain(
+        self,
+        global_ranks: list[int],
+        gang_rank: int,
+        timeout: timedelta,
+        call: Call | None = None,
+    ) -> Explanation:
         """Who broke the collective that a gang of ``global_ranks`` just failed, as far as
         known within a few seconds (see :data:`_READING_BOUND`).
 
@@ -129,7 +132,7 @@ class Channel:
         wait = min(_WAIT_FOR_PEERS, timeout.total_seconds())
 
         def explain_and_say_so(store: Any) -> Explanation:
-            found = self._explain(store, global_ranks, gang_rank, wait)
+            found = self._explain(store, global_ranks, gang_rank, wait, call)
             store.set(f"explained/{self.rank}", str(time.time()))
             return found
 
@@ -139,11 +142,7 @@ class Channel:
         """This process is being stopped: say so, and what it knows, in words that follow
         "stopped": "after" who broke the job as far as the reports, the other survivors and
         /proc tell, or else which ranks had not reached the job's store ("" where none of
-        these tells; bounded by ``bound`` seconds).
-
-        :raises TimeoutError: the store did not answer in time.
-        :raises RuntimeError: the store cannot be reached.
-        """
+        these tells; bounded by ``bound`` seconds; raises as :meth:`explain`)."""
 
         def look(store: Any) -> str:
             read = self._reading(store)
@@ -160,12 +159,8 @@ class Channel:
         return self._line.call(look, bound)
 
     def fates(self, ranks: list[int], bound: float) -> dict[int, Culprit]:
-        """What became of ``ranks`` (global ranks that did not come to a meeting), as far as
-        their own reports, the other survivors and /proc tell; bounded by ``bound`` seconds.
-
-        :raises TimeoutError: the store did not answer in time.
-        :raises RuntimeError: the store cannot be reached.
-        """
+        """What became of ``ranks`` (global ranks that did not come to a meeting), as their
+        reports, the other survivors and /proc tell (bounded; raises as :meth:`explain`)."""
 
         def look(store: Any) -> dict[int, Culprit]:
             read = self._reading(store)
@@ -208,13 +203,15 @@ class Channel:
         return Explanation((Culprit(0, self.host, int(record["pid"]), fate, time.time(), path),))
 
     def _explain(
-        self, store: Any, global_ranks: list[int], gang_rank: int, wait: float
+        self, store: Any, global_ranks: list[int], gang_rank: int, wait: float, call: Call | None
     ) -> Explanation:
         """Marks this process as a survivor of the gang's failure first; where neither the
         reports nor /proc name a culprit at once, looks again until the gang's other members
         have all reported the failure too, for at most ``wait`` seconds."""
         read = self._reading(store)
         me = global_ranks[gang_rank]
+        if call is not None:  # said before the failure: a peer that sees one sees both
+            store.set(f"call/{me}", json.dumps({**asdict(call), "seconds": time.time()}))
         store.set(f"failed/{me}", str(time.time()))
         others = [r for r in range(len(global_ranks)) if r != gang_rank]
         peers = [global_ranks[r] for r in others]
@@ -230,6 +227,9 @@ class Channel:
                 found = [json.dumps(asdict(c)) for c in culprits]
                 store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
                 return Explanation(tuple(culprits))
+            mismatched = None if call is None else read.mismatched(me, call)
+            if mismatched:
+                return Explanation((), mine=call, mismatched=mismatched)
             if done:
                 break
             time.sleep(_POLL)  # a peer whose connection just closed may still be ending
@@ -375,7 +375,11 @@ def channel() -> Channel | None:
 
 
 def explain(
-    global_ranks: list[int], gang_rank: int, timeout: timedelta, failed_at: float
+    global_ranks: list[int],
+    gang_rank: int,
+    timeout: timedelta,
+    failed_at: float,
+    call: Call | None = None,
 ) -> Explanation | None:
     """Who broke a collective of a gang of ``global_ranks`` that failed at ``failed_at``
     (seconds since the epoch); None where nothing is known. The culprits named on this host
@@ -385,7 +389,7 @@ def explain(
     if current is None:
         return None
     try:
-        found = current.explain(global_ranks, gang_rank, timeout)
+        found = current.explain(global_ranks, gang_rank, timeout, call)
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
         gone = current.without_store()

@@ -8,6 +8,7 @@ the gang. :class:`~gangmesh.ProcessGroupGang` adds how a gang holds its group.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -21,6 +22,7 @@ from gangmesh.plan._checks import InvalidTypeError
 from gangmesh.runtime import _backend, _c10d
 from gangmesh.runtime._validate import Splits, normalized_device
 from gangmesh.runtime.blame import gang_error
+from gangmesh.runtime.culprits import Call
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.runtime.rank_order import RankOrder
 
@@ -54,6 +56,8 @@ class GroupGang(PlacedGang):
         self._timeout = _c10d.group_timeout(pg, self._device) or timeout or DEFAULT_TIMEOUT
         self._monitor_group: ProcessGroup | None = None
         """Where :meth:`~Gang.barrier` runs a monitored barrier; None for a plain one."""
+        self._calls = 0
+        """The collectives this process entered on the gang: the number of the current one."""
 
     @property
     @override
@@ -80,6 +84,7 @@ class GroupGang(PlacedGang):
         """
         if self._pg is None:
             self._closed(op)
+        self._calls += 1
         return self._pg
 
     @override
@@ -96,7 +101,7 @@ class GroupGang(PlacedGang):
                 _barrier(group=pg)
         except RuntimeError as ex:
             monitored = self._monitor_group is not None
-            self._fail("barrier", ex, self._absentees(str(ex)) if monitored else None)
+            self._fail("barrier", ex, reason=self._absentees(str(ex)) if monitored else None)
 
     @override
     def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
@@ -104,13 +109,14 @@ class GroupGang(PlacedGang):
         try:
             _backend.all_reduce(pg, tensor, op)
         except RuntimeError as ex:
-            self._fail(f"all_reduce({op.name})", ex)
+            self._fail(f"all_reduce({op.name})", ex, tensor)
 
     @override
     def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
         pg = self._pg
         if pg is None:
             self._closed("all_gather")
+        self._calls += 1
         dims = input_tensor.dim()
         if dims == 0:
             input_tensor, dims = input_tensor.view(1), 1
@@ -123,7 +129,7 @@ class GroupGang(PlacedGang):
                 outputs = self._order.in_group_order(output_tensor.chunk(self._size))
                 _backend.all_gather(pg, outputs, input_tensor.contiguous())
         except RuntimeError as ex:
-            self._fail("all_gather", ex)
+            self._fail("all_gather", ex, input_tensor)
 
     @override
     def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
@@ -133,7 +139,7 @@ class GroupGang(PlacedGang):
         try:
             _backend.all_gather(pg, output_tensors, input_tensor)
         except RuntimeError as ex:
-            self._fail("all_gather_to_list", ex)
+            self._fail("all_gather_to_list", ex, input_tensor)
 
     @override
     def _reduce_scatter(
@@ -142,6 +148,7 @@ class GroupGang(PlacedGang):
         pg = self._pg
         if pg is None:
             self._closed("reduce_scatter")
+        self._calls += 1
         dims = output_tensor.dim()
         if dims == 0:
             output_tensor, dims = output_tensor.view(1), 1
@@ -152,7 +159,7 @@ class GroupGang(PlacedGang):
         try:
             _backend.reduce_scatter_single(pg, output_tensor, input_tensor.contiguous(), op)
         except RuntimeError as ex:
-            self._fail(f"reduce_scatter({op.name})", ex)
+            self._fail(f"reduce_scatter({op.name})", ex, output_tensor)
 
     @override
     def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
@@ -163,7 +170,7 @@ class GroupGang(PlacedGang):
             else:
                 _backend.all_to_all_single(pg, output_tensor, input_tensor.contiguous(), *splits)
         except RuntimeError as ex:
-            self._fail("all_to_all", ex)
+            self._fail("all_to_all", ex, input_tensor)
 
     def _group_rank(self, rank: int) -> int:
         """The rank in the group of gang rank ``rank``."""
@@ -175,7 +182,7 @@ class GroupGang(PlacedGang):
         try:
             _backend.broadcast(pg, tensor, self._group_rank(source_rank))
         except RuntimeError as ex:
-            self._fail(f"broadcast(source_rank={source_rank})", ex)
+            self._fail(f"broadcast(source_rank={source_rank})", ex, tensor)
 
     @override
     def _broadcast_objects(self, objects: list[Any], source_rank: int) -> None:
@@ -208,11 +215,18 @@ class GroupGang(PlacedGang):
         raise GangError(f"{op}: {self.describe()} is closed")
 
     def _fail(
-        self, op: str, cause: Exception, reason: tuple[str, tuple[int, ...]] | None = None
+        self,
+        op: str,
+        cause: Exception,
+        tensor: Tensor | None = None,
+        reason: tuple[str, tuple[int, ...]] | None = None,
     ) -> NoReturn:
-        """Raise the GangError of failed collective ``op``, naming the rank that broke it
-        (see :func:`~gangmesh.runtime.blame.gang_error`)."""
+        """Raise the GangError of failed collective ``op`` (on ``tensor``), naming the rank
+        that broke it (see :func:`~gangmesh.runtime.blame.gang_error`)."""
+        call = Call(self._name, tuple(self._global_ranks), self._calls, op)
+        if tensor is not None:
+            call = replace(call, shape=tuple(tensor.shape), dtype=str(tensor.dtype))
         what = f"{op} failed on {self.describe()}"
         raise gang_error(
-            what, self._global_ranks, self._rank, self._timeout, cause, reason
+            what, self._global_ranks, self._rank, self._timeout, cause, reason, call
         ) from cause

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangmesh.runtime import error_files, peer_state
-from gangmesh.runtime.culprits import Culprit
+from gangmesh.runtime.culprits import Call, Culprit
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,50 @@ class Reading:
                     culprits[named.rank] = named
         return sorted(culprits.values(), key=lambda c: c.rank)
 
+    def call(self, rank: int) -> Call | None:
+        """The collective global rank ``rank`` failed in during this attempt; None where it
+        has not said (it is in none, or has not failed yet)."""
+        key = f"call/{rank}"
+        if not self.store.check([key]):
+            return None
+        record = json.loads(bytes(self.store.get(key)))
+        if float(record.pop("seconds")) < self.since:
+            return None
+        shape = record.pop("shape")
+        members = tuple(record.pop("members"))
+        return Call(**record, members=members, shape=None if shape is None else tuple(shape))
+
+    def mismatched(self, me: int, mine: Call) -> tuple[tuple[int, Call], ...] | None:
+        """The members of ``mine``'s gang in another collective than ``mine`` (of global rank
+        ``me``), where that is why it failed: the waits that start here (a rank waits for
+        the members of its gang in another call) meet two members of one gang in different
+        calls of it, or come back here. None where they lead to a rank in no collective or
+        that has not said, or to one whose collective every member entered."""
+        calls: dict[int, Call | None] = {me: mine}
+
+        def waited_for(rank: int, call: Call) -> list[int]:
+            for member in call.members:
+                if member not in calls:
+                    calls[member] = self.call(member)
+            return [m for m in call.members if m != rank and calls[m] != call]
+
+        direct = waited_for(me, mine)
+        seen, todo, conclusive = set(), [me], False
+        while todo:
+            rank = todo.pop()
+            conclusive |= rank == me and rank in seen
+            if rank in seen:
+                continue
+            seen.add(rank)
+            call = calls[rank]
+            waits = [] if call is None else waited_for(rank, call)
+            if call is None or not waits:
+                return None
+            conclusive |= any(_same_gang(call, calls[m]) for m in waits)
+            todo.extend(waits)
+        mismatched = tuple((r, c) for r in direct if (c := calls[r]) is not None)
+        return mismatched if conclusive and mismatched else None
+
     def unregistered(self, world_size: int) -> list[int]:
         """The ranks of the job that have not said where they run in this attempt: they
         never reached the job's store (ended before, or not started yet)."""
@@ -126,3 +170,8 @@ class Reading:
         if any(float(record["seconds"]) < self.since for record in records):
             return {}
         return {r: str(record["host"]) for r, record in zip(ranks, records, strict=True)}
+
+
+def _same_gang(call: Call, other: Call | None) -> bool:
+    """Whether ``other`` is a call of ``call``'s gang."""
+    return other is not None and (other.gang, other.members) == (call.gang, call.members)

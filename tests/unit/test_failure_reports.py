@@ -16,8 +16,9 @@ import pytest
 import torch.distributed as dist
 
 from gangmesh.runtime import failure_reports, peer_state, store_line
-from gangmesh.runtime.culprits import Culprit
+from gangmesh.runtime.culprits import Call, Culprit
 from gangmesh.runtime.failure_reports import Channel
+from gangmesh.runtime.report_reading import Reading
 from gangmesh.runtime.store_line import line_to
 
 
@@ -114,3 +115,48 @@ def test_a_stopped_culprit_killed_by_a_survivor_is_named_as_that_survivor_saw_it
     finally:
         victim.kill()
         victim.wait()
+
+
+def set_call(server: dist.TCPStore, rank: int, call: Call) -> None:
+    record = {**dataclasses.asdict(call), "seconds": time.time()}
+    server.set(f"gangmesh/failures/call/{rank}", json.dumps(record))
+
+
+def reading(server: dist.TCPStore, rank: int) -> Reading:
+    store = dist.PrefixStore("gangmesh/failures", server)
+    return Reading(store, rank, "h1", time.time() - 60)
+
+
+TP01, TP23 = ("tp", (0, 1)), ("tp", (2, 3))
+DP02, DP13 = ("dp", (0, 2)), ("dp", (1, 3))
+
+
+def call(gang: tuple[str, tuple[int, ...]], op: str = "all_reduce(SUM)", number: int = 4) -> Call:
+    return Call(gang[0], gang[1], number, op, (8,), "torch.float32")
+
+
+def test_another_call_of_the_same_gang_is_a_mismatch_whatever_the_others_do():
+    server = served_store()
+    set_call(server, 3, call(TP23, "broadcast(source_rank=0)"))
+    found = reading(server, 2).mismatched(2, call(TP23))
+    assert found == ((3, call(TP23, "broadcast(source_rank=0)")),)
+    set_call(server, 3, call(TP23, number=5))  # one call ahead on the gang
+    assert reading(server, 2).mismatched(2, call(TP23)) == ((3, call(TP23, number=5)),)
+
+
+def test_waits_in_other_gangs_are_a_mismatch_only_where_they_come_back_in_a_cycle():
+    server = served_store()
+    # rank 0 waits in tp for rank 1, which waits in dp for rank 3, which waits in tp ...
+    set_call(server, 1, call(DP13))
+    set_call(server, 3, call(TP23))
+    assert reading(server, 0).mismatched(0, call(TP01)) is None  # rank 2 has not said yet
+    set_call(server, 2, call(DP02))
+    assert reading(server, 0).mismatched(0, call(TP01)) == ((1, call(DP13)),)
+
+
+def test_a_wait_that_leads_to_a_rank_in_no_collective_is_no_mismatch():
+    # rank 0 waits in dp for rank 2, which waits in tp for rank 3, which entered nothing
+    # (it hangs): rank 3 is to be named as not taking part, not rank 2 as mismatched
+    server = served_store()
+    set_call(server, 2, call(TP23))
+    assert reading(server, 0).mismatched(0, call(DP02)) is None
