@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d, blame, failure_reports, torch_errors
+from gangmesh.runtime import _c10d, blame, error_files, failure_reports, torch_errors
 from gangmesh.runtime.environment import LaunchEnvironment
 from gangmesh.runtime.gang import GangError
 
@@ -74,7 +74,9 @@ def job_store(
             " not start setup_root_gang"
         )
         error.culprits = (0,)
-        blame.record(error, time.time())
+        failed_at = time.time()
+        error_files.write_for_unseen(0, "global rank 0 announced no setup number", failed_at)
+        blame.record(error, failed_at)
         raise error from ex
     log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
     store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]

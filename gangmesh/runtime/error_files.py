@@ -77,6 +77,12 @@ def write(path: str, message: str, callstack: str, seconds: float) -> None:
         log.debug("writing the error file %s failed: %s", path, ex)
 
 
+def write_for_unseen(rank: int, description: str, failed_at: float) -> None:
+    """Write the file of global rank ``rank``, which never said where its file is, in its
+    name, where it runs on this host under the same torchrun (:func:`path_of_local`)."""
+    write_for_culprit(path_of_local(rank), description, failed_at)
+
+
 def write_for_culprit(path: str, description: str, failed_at: float) -> None:
     """Write a culprit's file in its name, unless it wrote one itself (it raised)."""
     if not path or os.path.exists(path):

@@ -326,8 +326,7 @@ def fates(ranks: list[int]) -> dict[int, Culprit]:
         return {}
     error_files.for_culprits(list(found.values()), current.host, failed_at)
     for rank in set(ranks) - set(found):  # never said where it runs: on this host, maybe
-        path = error_files.path_of_local(rank)
-        error_files.write_for_culprit(path, f"global rank {rank} did not arrive", failed_at)
+        error_files.write_for_unseen(rank, f"global rank {rank} did not arrive", failed_at)
     return found
 
 

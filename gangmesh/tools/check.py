@@ -19,7 +19,7 @@ from gangmesh.plan.placement import this_site
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
 from gangmesh.runtime.ops import all_gather_objects
-from gangmesh.tools.check_report import CHECKED_GANGS, GangReport, Placement
+from gangmesh.tools.check_report import GangReport, Placement, checked_gangs
 
 
 def check_gangs(
@@ -44,7 +44,7 @@ def check_gangs(
     local = gangs.root.rank
     rank = to_global[local]
     reports = []
-    checked = [name for name in CHECKED_GANGS if name == ROOT or name in list(gangs)]
+    checked = [name for name in checked_gangs(plan) if name == ROOT or name in list(gangs)]
     for step, name in enumerate(checked, start=1):
         gang = gangs[name]
         if local == 0:

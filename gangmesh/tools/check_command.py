@@ -35,7 +35,7 @@ from gangmesh.tools.check_report import (
     summarize,
 )
 from gangmesh.tools.launch import QUIET_SECONDS, WorkerExit, run_local_workers
-from gangmesh.tools.render import findings_text
+from gangmesh.tools.render import findings_text, plan_title
 
 STRAGGLER_SECONDS = 0.1
 """How late the rank that ``--inject-fault slow`` makes a straggler arrives at each barrier."""
@@ -195,7 +195,7 @@ def report(
     Whether every gang matched the plan, and the JSON summary.
     """
     table, failures, summary = summarize(plan, everything, sizes)
-    layout = repr(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
+    layout = plan_title(plan).removeprefix(f"MeshTopology({plan.world_size}, ").removesuffix(")")
     noun = "process" if plan.world_size == 1 else "processes"
     print(f"gangmesh check: {plan.world_size} {noun} on {root.device.type}", file=out)
     print(f"layout: {layout}", file=out)

@@ -14,11 +14,20 @@ from typing import Any
 import numpy as np
 
 from gangmesh.plan.cluster import Cluster, Site
-from gangmesh.plan.dims import GANG_NAMES, ROOT
+from gangmesh.plan.dims import FACTS, GANG_NAMES, ROOT
 from gangmesh.plan.topology import MeshTopology
 
 CHECKED_GANGS: tuple[str, ...] = (ROOT, *GANG_NAMES)
 """The gangs the report lists, in its order."""
+_EXPERT_GANGS = frozenset(name for name, facts in FACTS.items() if facts.expert)
+
+
+def checked_gangs(plan: MeshTopology) -> tuple[str, ...]:
+    """The gangs checked for ``plan``: a job without experts builds no expert gangs."""
+    if plan.uses_experts:
+        return CHECKED_GANGS
+    return tuple(name for name in CHECKED_GANGS if name not in _EXPERT_GANGS)
+
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -99,7 +108,7 @@ def summarize(
         "gangs": {},
     }
     single: list[str] = []
-    for index, checked in enumerate(everything[0]):  # the gangs built, in CHECKED_GANGS order
+    for index, checked in enumerate(everything[0]):  # the gangs checked, in CHECKED_GANGS order
         name = checked.name
         reports = [reports[index] for reports in everything]
         size = reports[0].size

@@ -177,7 +177,7 @@ def test_under_torchrun_each_process_takes_part_as_its_rank():
     )  # fmt: skip
     assert run.returncode == 0, run.output
     assert (
-        "gangmesh check: 4 processes on cpu\nlayout: pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2, ep=1, etp=1\n"
+        "gangmesh check: 4 processes on cpu\nlayout: pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=2\n"
         in run.output
     )
     assert "PASSED: every gang of 4 processes matches the plan" in run.output
