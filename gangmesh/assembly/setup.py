@@ -86,8 +86,8 @@ def setup_root_gang(
                           request=request, timeout=timeout)  # fmt: skip
 
         def arrive(store: Store) -> None:
-            meeting(store, wait=False)
             open_failure_reports(None, timeout)  # a rank that breaks from here on is named
+            meeting(store, wait=False)
 
         store = job_store(env, timeout, arrive)
         left = timedelta(seconds=max(0.001, deadline - time.monotonic()))
