@@ -41,6 +41,7 @@ PICTURES = {
     "tp_outermost": "--world-size 8 --tp 2 --order tp,pp,dp_replicate,dp_shard,cp",
     "eight_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8",
     "moe_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8 --rank 2",
+    "replica_groups": "--world-size 8 --tp 2 --ranks-per-node 8 --replica-groups 3",
     "two_models": "--part trainer=4:dp_shard=2,tp=2 --part generator=4:dp_replicate=2,tp=2",
 }
 _generated = Path(__file__).parent / "_generated"
@@ -87,9 +88,12 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("torch.distributed.Store", "py:class", "distributed.html#$"),
             ("torch.distributed.device_mesh.DeviceMesh", "py:class", "distributed.html#$"),
             ("torch.distributed.device_mesh.init_device_mesh", "py:function", "distributed.html#$"),
+            ("torch.nn.modules.module.Module", "py:class", "generated/torch.nn.Module.html"),
+            ("torch.optim.optimizer.Optimizer", "py:class", "optim.html#torch.optim.Optimizer"),
             # Bare names: autodoc leaves an annotation as written where it cannot evaluate
             # it (a class's __init__; Store, imported for type checking only).
             ("ProcessGroup", "py:class", "distributed.html#groups"),
+            ("Optimizer", "py:class", "optim.html#torch.optim.Optimizer"),
             ("Store", "py:class", "distributed.html#torch.distributed.Store"),
             (
                 "DeviceMesh",
@@ -113,6 +117,7 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ),
             ("datetime.timedelta", "py:class", "library/datetime.html#$"),
             ("pathlib.Path", "py:class", "library/pathlib.html#$"),
+            ("subprocess.Popen", "py:class", "library/subprocess.html#$"),
             # Bare, as autodoc leaves it in a class's __init__ (see torch's bare names).
             ("timedelta", "py:class", "library/datetime.html#datetime.timedelta"),
             *(

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from gangmesh.assembly.parts import Parts as Parts
     from gangmesh.assembly.parts import create_parts as create_parts
     from gangmesh.assembly.record import read_layout_record as read_layout_record
+    from gangmesh.assembly.replicas import Replicas as Replicas
+    from gangmesh.assembly.replicas import join_replicas as join_replicas
     from gangmesh.assembly.setup import setup_root_gang as setup_root_gang
     from gangmesh.plan._checks import InvalidTypeError as InvalidTypeError
     from gangmesh.plan.cluster import Cluster as Cluster
@@ -52,11 +54,14 @@ if TYPE_CHECKING:
     from gangmesh.runtime.gang import Gang as Gang
     from gangmesh.runtime.gang import GangError as GangError
     from gangmesh.runtime.gang import ReduceOperation as ReduceOperation
+    from gangmesh.runtime.managed_gang import ManagedGang as ManagedGang
     from gangmesh.runtime.ops import all_gather_objects as all_gather_objects
     from gangmesh.runtime.ops import all_reduce_dict as all_reduce_dict
     from gangmesh.runtime.ops import all_sum as all_sum
     from gangmesh.runtime.ops import broadcast_flag as broadcast_flag
     from gangmesh.runtime.process_group_gang import ProcessGroupGang as ProcessGroupGang
+    from gangmesh.tools.lighthouse import Lighthouse as Lighthouse
+    from gangmesh.tools.lighthouse import start_lighthouse as start_lighthouse
 
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -84,6 +89,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "gangmesh.runtime.ops": ("all_gather_objects", "all_reduce_dict", "all_sum", "broadcast_flag"),
     "gangmesh.runtime.process_group_gang": ("ProcessGroupGang",),
     "gangmesh.assembly.record": ("read_layout_record",),
+    "gangmesh.assembly.replicas": ("Replicas", "join_replicas"),
+    "gangmesh.runtime.managed_gang": ("ManagedGang",),
+    "gangmesh.tools.lighthouse": ("Lighthouse", "start_lighthouse"),
     "gangmesh.assembly.setup": ("setup_root_gang",),
     "gangmesh.plan.topology": ("DENSE_DIMS", "DIM_NAMES", "EXPERT_DIMS", "MeshTopology"),
 }

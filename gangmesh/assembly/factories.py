@@ -14,6 +14,7 @@ from typing_extensions import Unpack
 from gangmesh.assembly import mesh_build
 from gangmesh.assembly.agreement import LayoutAgreement
 from gangmesh.assembly.gangs import Gangs
+from gangmesh.assembly.replicas import Replicas
 from gangmesh.assembly.roots import check_root
 from gangmesh.plan._checks import InvalidTypeError, check_positive, check_timeout
 from gangmesh.plan.cluster import Site
@@ -36,6 +37,7 @@ def create_gangs(
     *,
     timeout: timedelta | None = None,
     placement: bool | Sequence[Site] | None = None,
+    replicas: Replicas | None = None,
     **keywords: Unpack[LayoutKeywords],
 ) -> Gangs:
     """Build every parallel gang of ``root_gang`` and the DeviceMeshes they come from.
@@ -77,11 +79,17 @@ def create_gangs(
         all_gather on the root gang before any group is created; a sequence: the
         :class:`~gangmesh.plan.cluster.Site` of each global rank, the same on every
         process; None or False: ranks keep the launcher's numbering.
+    :param replicas: this launch's place among replica groups (:func:`~gangmesh.join_replicas`):
+        ``gangs.rdp`` is then the managed gang over the step's replica groups, and the sizes
+        are those of one group (``dp_replicate`` 1); the rest is as for any job.
     :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
-        the expert view broken, or a root gang that is not the default group's.
+        the expert view broken, a root gang that is not the default group's, or
+        ``dp_replicate`` other than 1 with ``replicas``.
     :raises GangError: a process group cannot be created.
     """
     check_root(root_gang, parts=True)
+    if replicas is not None:
+        _check_replicas(replicas, keywords.get("dp_replicate", 1))
     try:
         layout = Layout(**keywords)
     except ValueError as ex:
@@ -90,7 +98,24 @@ def create_gangs(
         asked = {**LAYOUT_DEFAULTS, **keywords}
         LayoutAgreement(root_gang, asked, **others).leave_request()
         raise _with_hint(ex, root_gang.size, _wanted(asked[name] for name in DENSE_DIMS)) from None
-    return _create(root_gang, layout, timeout, placement)
+    gangs = _create(root_gang, layout, timeout, placement)
+    if replicas is None:
+        return gangs
+    replicas.adopt(gangs.plan)
+    return gangs._managed(replicas.gang)
+
+
+def _check_replicas(replicas: object, dp_replicate: object) -> None:
+    """The ``replicas`` argument: a Replicas, with a layout of one replica group."""
+    if not isinstance(replicas, Replicas):
+        raise InvalidTypeError(
+            f"replicas: expected a Replicas from join_replicas, got {type(replicas).__name__}"
+        )
+    if dp_replicate != 1:
+        raise ValueError(
+            f"dp_replicate: expected 1 with replicas= (the replica groups are the replicate "
+            f"dimension; the sizes are those of one group), got {dp_replicate}"
+        )
 
 
 def create_gangs_from_layout(

@@ -25,6 +25,7 @@ from gangmesh.plan.view import short_group
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime.communicators import CommunicatorInfo, Lease, created_by_gangmesh
 from gangmesh.runtime.gang import Gang, GangError
+from gangmesh.runtime.managed_gang import ManagedGang
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 from gangmesh.runtime.unbuilt_gang import UnbuiltGang
 
@@ -163,6 +164,12 @@ class Gangs(Mapping[str, Gang]):
         gangs._leases.extend(built.leases)
         return gangs
 
+    def _managed(self, replica_groups: Gang) -> Gangs:
+        """These gangs with ``replica_groups``, the managed gang across replica groups
+        (:func:`~gangmesh.join_replicas`), as rdp; the plan is that of one group."""
+        self._gangs[Dim.DP_REPLICATE] = replica_groups
+        return self
+
     @override
     def __getitem__(self, name: str) -> Gang:
         """The gang of a dimension or alias: ``gangs["dp_shard"] is gangs.sdp``.
@@ -260,13 +267,16 @@ class Gangs(Mapping[str, Gang]):
     def __repr__(self) -> str:
         rank, size = self.root.rank, self.root.size
         ranks = self._root_ranks()
+        managed = [name for name, gang in self.items() if isinstance(gang, ManagedGang)]
+        placed = [(name, gang) for name, gang in self.items() if name not in managed]
         parts = [
             f"{name} {gang.rank}/{gang.size} "
             f"{short_group([ranks[r] for r in self.plan.group_of(rank, name)])}"
-            for name, gang in self.items()
+            for name, gang in placed
             if gang.size > 1
         ]
-        lone = [name for name, gang in self.items() if gang.size == 1]
+        parts.extend(f"{name} across replica groups (managed)" for name in managed)
+        lone = [name for name, gang in placed if gang.size == 1]
         if lone:
             parts.append(f"size 1: {', '.join(lone)}")
         unbuilt = [name for name in GANG_NAMES if name not in self._built_names()]

@@ -186,9 +186,9 @@ def _exit(code: int) -> int:
     hooks, flush the streams. (The C++ static destructors that follow in a new
     interpreter, seconds of deregistering torch operators, are skipped, unless the job
     asks for them with ``finalize``.)"""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # As the interpreter does: the hooks registered for this moment first (a thread pool's
+    # tells its idle workers to end), then the join of every non-daemon thread.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -205,18 +205,13 @@ def build_parsers(
         ),
         formatter_class=formatter,
     )
-    check.add_argument(
-        "--nproc", type=_int, help="local processes (default: 4, or the sum of the --part sizes)"
-    )
+    nproc = "local processes (default: 4, or the sum of the --part sizes)"
+    check.add_argument("--nproc", type=_int, help=nproc)
     _add_dim_arguments(check)
     _add_part_argument(check)
     check.add_argument("--sizes", default="8,1K,64K,1M", help="all_reduce message sizes")
-    check.add_argument(
-        "--iters",
-        type=_int,
-        default=10,
-        help="timed all_reduces per size, and timed barriers per gang",
-    )
+    iters = "timed all_reduces per size, and timed barriers per gang"
+    check.add_argument("--iters", type=_int, default=10, help=iters)
     check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     check.add_argument(
         "--ranks-per-node",
@@ -230,9 +225,7 @@ def build_parsers(
         help="lay the mesh over the ranks by where they run (create_gangs(..., "
         "placement=True): GANGMESH_HOST or the hostname, GANGMESH_DOMAIN, GANGMESH_RACK)",
     )
-    check.add_argument(
-        "--json", help="write the results as JSON to this file, or to standard output for -"
-    )
+    check.add_argument("--json", help="write the results as JSON to this file, or to - (stdout)")
     check.add_argument("--init-method", help=argparse.SUPPRESS)
     check.add_argument("--inject-rank", type=_int, help=argparse.SUPPRESS)
     check.add_argument(
@@ -270,6 +263,12 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
         help="NVLink domains per rack (needs --hosts-per-domain): also checks racks",
     )
     _add_dim_arguments(plan)
+    plan.add_argument(
+        "--replica-groups",
+        type=_int,
+        help="the job is this many replica groups (launches of --world-size processes each, "
+        "reduced across groups by torchft: join_replicas); the layout is one group's",
+    )
     plan.add_argument(
         "--rank",
         type=_int,

@@ -17,7 +17,7 @@ from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.tools.failure import Failure
 from gangmesh.tools.parts_command import check_cluster_options, parts_output
-from gangmesh.tools.render import finding_label, plan_json, plan_table
+from gangmesh.tools.render import finding_label, plan_json, plan_table, replica_title
 from gangmesh.tools.svg import plan_svg
 
 FINDINGS_EXIT = 1
@@ -39,11 +39,14 @@ def run_plan(args: argparse.Namespace) -> int:
         raise Failure(f"--json-content: applies to --format json only, got {args.format}")
     if args.strict and args.ranks_per_node is None:
         raise Failure("--strict: checks locality, which needs --ranks-per-node")
+    if args.part and args.replica_groups is not None:
+        raise Failure("--replica-groups: not with --part (each replica group is one launch)")
     if args.part:
         text, to_fix = parts_output(args)
     elif args.world_size is None:
         raise Failure("the following arguments are required: --world-size (or --part)")
     else:
+        _check_replica_groups(args)
         text, to_fix = _plan_output(args)
     if args.output:
         try:
@@ -76,20 +79,38 @@ def _plan_output(args: argparse.Namespace) -> tuple[str, list[str]]:
     if per_node is not None:
         check_ranks_per_node(plan.world_size, per_node)
     wider = _wider_findings(plan, args)
+    groups = args.replica_groups
     if args.format == "json":
         content = args.json_content or "all"
         text = plan_json(plan, ranks_per_node=per_node, rank=args.rank, content=content)
         if wider is not None:
             text = _with_wider_json(text, args, wider)
+        if groups is not None:
+            text = json.dumps({**json.loads(text), "replica_groups": groups}) + "\n"
     elif args.format == "svg":
-        text = plan_svg(plan, ranks_per_node=per_node, rank=args.rank)
+        text = plan_svg(plan, ranks_per_node=per_node, rank=args.rank, replica_groups=groups)
     else:
         text = plan_table(plan, ranks_per_node=per_node, rank=args.rank)
         if wider is not None:
             text += "".join(f"{line}\n" for line in _wider_text(args, wider))
+        if groups is not None:
+            text = f"{replica_title(plan, groups)}, {groups * plan.world_size} in all:\n{text}"
     to_fix = [] if per_node is None else [f for f in plan.check_locality(per_node) if f.avoidable]
     to_fix += [f for f in wider or [] if f.avoidable]
     return text, [f.dim + ("" if f.level == "node" else f" ({f.level})") for f in to_fix]
+
+
+def _check_replica_groups(args: argparse.Namespace) -> None:
+    """--replica-groups: a count, with a layout of one group (no dp_replicate of its own)."""
+    if args.replica_groups is None:
+        return
+    if args.replica_groups < 1:
+        raise Failure(f"--replica-groups: expected an int >= 1, got {args.replica_groups}")
+    if args.dp_replicate != 1:
+        raise Failure(
+            f"--dp-replicate: expected 1 with --replica-groups (the replica groups are the "
+            f"replicate dimension; the sizes are one group's), got {args.dp_replicate}"
+        )
 
 
 def _wider_findings(plan: MeshTopology, args: argparse.Namespace) -> list[LocalityFinding] | None:

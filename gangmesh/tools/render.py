@@ -253,3 +253,9 @@ def _node_text(plan: MeshTopology, ranks_per_node: int | None, offset: int = 0) 
         return ""
     nodes = (offset + plan.world_size - 1) // ranks_per_node - offset // ranks_per_node + 1
     return f", {ranks_per_node} ranks per node ({nodes} node{'s' if nodes > 1 else ''})"
+
+
+def replica_title(plan: MeshTopology, groups: int) -> str:
+    """``"each of 4 replica groups (dp_replicate managed by torchft): 8 ranks"``."""
+    managed = "dp_replicate managed by torchft"
+    return f"each of {groups} replica groups ({managed}): {plan.world_size} ranks"

@@ -21,7 +21,7 @@ import numpy as np
 from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
-from gangmesh.tools.render import finding_label, findings_text, shown_sizes
+from gangmesh.tools.render import finding_label, findings_text, replica_title, shown_sizes
 from gangmesh.tools.svg_overview import OVERVIEW_WIDTH, overview
 from gangmesh.tools.svg_shapes import (
     CELL_H,
@@ -47,9 +47,14 @@ _MARGIN, _PANEL_GAP, _MAX_WIDTH = 16, 24, 680
 
 
 def plan_svg(
-    plan: MeshTopology, *, ranks_per_node: int | None = None, rank: int | None = None
+    plan: MeshTopology,
+    *,
+    ranks_per_node: int | None = None,
+    rank: int | None = None,
+    replica_groups: int | None = None,
 ) -> str:
-    """The picture of a plan: a title, a legend, one panel per dimension of size > 1.
+    """The picture of a plan: a title, a legend, one panel per dimension of size > 1;
+    with ``replica_groups``, the plan is that of one of them.
 
     Raises ValueError if ``ranks_per_node`` does not divide the world size or ``rank``
     is not a rank of the plan.
@@ -58,8 +63,9 @@ def plan_svg(
         check_ranks_per_node(plan.world_size, ranks_per_node)
     if rank is not None:
         plan.coordinate(rank)
-    body, width, height = plan_drawing(plan, ranks_per_node=ranks_per_node, rank=rank)
-    caption = f"gangmesh plan: {_heading(plan, ranks_per_node)}; {_sizes_text(plan)}"
+    title = None if replica_groups is None else replica_title(plan, replica_groups)
+    body, width, height = plan_drawing(plan, ranks_per_node=ranks_per_node, rank=rank, title=title)
+    caption = f"gangmesh plan: {_heading(plan, ranks_per_node, title=title)}; {_sizes_text(plan)}"
     return svg_document(body, width, height, caption=caption)
 
 

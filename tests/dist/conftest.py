@@ -28,3 +28,14 @@ def quiet_host() -> Iterator[Host | None]:
         return
     with HostBed(1) as bed:
         yield bed.hosts[0]
+
+
+@pytest.fixture
+def bed() -> Iterator[HostBed]:
+    """Two hosts, removed after the test; nothing of them may be left."""
+    made = HostBed(2)
+    try:
+        yield made
+    finally:
+        made.close()
+        assert made.left_behind() == [], "a process or namespace of the bed was left behind"

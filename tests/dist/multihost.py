@@ -29,6 +29,7 @@ class OnHost:
     argv: list[str]
     env: dict[str, str]
     module: bool = False
+    path0: str | None = None  # sys.path[0] of a script: default, the workers' folder
 
 
 def run_on_hosts(bed: HostBed, processes: list[OnHost], timeout: float) -> Run:
@@ -53,7 +54,7 @@ def run_on_hosts(bed: HostBed, processes: list[OnHost], timeout: float) -> Run:
                 cwd=os.getcwd(),
                 output=str(Path(folder) / f"process{index}.log"),
                 module=p.module,
-                path0=None if p.module else str(WORKERS),
+                path0=None if p.module else (p.path0 or str(WORKERS)),
                 enter=bed.hosts[p.host].namespaces(),
             )
             for index, p in enumerate(processes)

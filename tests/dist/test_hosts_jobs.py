@@ -10,7 +10,6 @@ import subprocess
 
 import pytest
 
-from gangmesh.testing.hostbed import HostBed
 from gangmesh.testing.netns import namespaces_unavailable
 from tests.dist.multihost import torchrun_on_hosts, workers_on_hosts
 
@@ -20,17 +19,6 @@ pytestmark = [
 ]
 
 TIMEOUT_S = 5.0
-
-
-@pytest.fixture
-def bed():
-    """Two hosts, removed after the test; nothing of them may be left."""
-    made = HostBed(2)
-    try:
-        yield made
-    finally:
-        made.close()
-        assert made.left_behind() == [], "a process or namespace of the bed was left behind"
 
 
 def test_gangmesh_check_under_torchrun_multi_node_passes_and_names_the_hosts(bed, tmp_path):

@@ -1,0 +1,234 @@
+"""Replica groups that fail alone: this launch's place among the replica groups of a job whose
+replicate dimension is managed by torchft (its lighthouse and Manager)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, final
+
+import torch.distributed as dist
+from torch import nn
+from torch.optim import Optimizer
+from typing_extensions import override
+
+from gangmesh.assembly.replica_training import wire
+from gangmesh.plan._checks import check_count, check_positive, check_timeout
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime.gang import Gang, GangError
+from gangmesh.runtime.managed_gang import ManagedGang
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
+from gangmesh.runtime.replica_group import Identity, checked_group, torchft
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store
+
+log = logging.getLogger("gangmesh")
+
+GROUP_VARIABLE = "GANGMESH_REPLICA_GROUP"
+"""Environment variable with this launch's replica group number, where ``group`` is not given."""
+LIGHTHOUSE_VARIABLE = "TORCHFT_LIGHTHOUSE"
+"""torchft's environment variable with the lighthouse's address."""
+
+
+@final
+class Replicas:
+    """This replica group among the others: made by :func:`join_replicas`, given to
+    :func:`~gangmesh.create_gangs` (``replicas=``), which makes its ``gang`` the job's rdp.
+
+    A replica group is one launch (one torchrun job, its own world). The groups reduce
+    their gradients together at each step through torchft; a group that fails is left out
+    of the next step by the others, which go on without a restart, and when it comes back
+    it copies the weights of a live group and takes part again.
+
+    :param group: this group's number.
+    :param lighthouse: the lighthouse's address.
+    :param manager: this process's torchft Manager.
+    :param gang: the gang over the step's replica groups.
+    :param identity: what this group tells the others it meets.
+    :param store: the store of torchft's Manager server (rank 0 keeps it), or None.
+    """
+
+    group: int
+    """This replica group's number among the groups."""
+    lighthouse: str
+    """The lighthouse's address."""
+    manager: Any
+    """This process's torchft Manager, for what gangmesh does not wrap."""
+    gang: ManagedGang
+    """The gang over this step's replica groups, also ``gangs.rdp``."""
+
+    def __init__(self, *, group: int, lighthouse: str, manager: Any, gang: ManagedGang,
+                 identity: Identity, store: Store | None) -> None:  # fmt: skip
+        self.group, self.lighthouse, self.manager, self.gang = group, lighthouse, manager, gang
+        self._identity, self._store = identity, store
+        self._wrapped = False
+
+    @property
+    def step(self) -> int:
+        """The steps committed so far (a group that healed counts those it copied)."""
+        return int(self.manager.current_step())
+
+    def wrap(self, model: nn.Module, optimizer: Optimizer) -> Optimizer:
+        """Wire FSDP2 ``model`` and its ``optimizer`` for replica groups; returns the optimizer
+        to train with.
+
+        The gradients each FSDP2 module reduces inside the group are averaged over this
+        step's replica groups (FSDP2's all-reduce hook); the returned optimizer's
+        ``zero_grad`` starts the step (the quorum, and healing where this group is behind)
+        and its ``step`` updates the weights only where every replica group of the step
+        succeeded (else the step is tried again); the model's and the optimizer's state
+        (DTensor state dicts) are what a healing group copies.
+
+        :param model: a model sharded with ``fully_shard`` inside the group.
+        :param optimizer: the optimizer of its parameters.
+        :raises ValueError: ``model`` has no FSDP2 module, or it was wired already.
+        """
+        if self._wrapped:
+            raise ValueError("wrap: this replica group's model is wired already")
+        wrapped = wire(self.gang, self.manager, self, model, optimizer)
+        self._wrapped = True
+        return wrapped
+
+    def start_step(self) -> None:
+        """Join this step's quorum (healing first where this group is behind).
+
+        :raises ValueError: the groups met are not distinct or not laid out alike.
+        :raises GangError: no quorum within the timeout.
+        """
+        try:
+            self.manager.start_quorum()
+        except Exception as ex:  # torchft's quorum fails with RuntimeError and others
+            raise GangError(f"replica group {self.group}: no quorum: {ex}") from ex
+        if self._identity.refusal is not None:
+            raise self._identity.refusal
+
+    def commit(self) -> bool:
+        """Whether this step's gradients may update the weights: True where every replica
+        group of the step succeeded (and enough took part); the same on every process of
+        this group.
+
+        :raises GangError: the group's processes could not agree within the timeout.
+        """
+        try:
+            return bool(self.manager.should_commit())
+        except Exception as ex:
+            raise GangError(f"replica group {self.group}: commit: {ex}") from ex
+
+    def adopt(self, plan: MeshTopology) -> None:
+        """Take ``plan`` as this group's in-group layout, which every group must share."""
+        split = " x ".join(f"{name} {size}" for name, size in plan.sizes().items() if size > 1)
+        self._identity.layout = f"{plan.world_size} processes ({split or 'no split'})"
+
+    def close(self) -> None:
+        """Leave the replica groups: stop this process's part of torchft's Manager."""
+        self.manager.shutdown(wait=False)
+        self._store = None
+
+    @override
+    def __repr__(self) -> str:
+        return f"Replicas(group {self.group}, lighthouse {self.lighthouse})"
+
+
+def join_replicas(
+    root_gang: Gang,
+    *,
+    lighthouse: str | None = None,
+    group: int | None = None,
+    min_replicas: int = 1,
+    timeout: timedelta | None = None,
+    quorum_timeout: timedelta | None = None,
+) -> Replicas:
+    """Join this launch, one replica group, to the others through torchft's lighthouse.
+
+    Every process of the launch calls it after :func:`~gangmesh.setup_root_gang`. Rank 0
+    starts torchft's Manager server with a store of its own (so a restarted launch never
+    reads the keys of an earlier one); the others connect to it.
+
+    :param root_gang: this launch's root gang.
+    :param lighthouse: the lighthouse's address (``host:port`` or ``http://host:port``);
+        default: ``TORCHFT_LIGHTHOUSE``.
+    :param group: this replica group's number, distinct among the groups; default:
+        ``GANGMESH_REPLICA_GROUP``.
+    :param min_replicas: the fewest replica groups a step commits with.
+    :param timeout: bound of the collectives across groups and of the connection to the
+        lighthouse; default: the root gang's. Set it near the lighthouse's heartbeat
+        timeout: a group cut off mid-step holds the others that long.
+    :param quorum_timeout: bound of a step's quorum (which waits for groups that are
+        starting, up to the lighthouse's join timeout), of the group's agreement to commit
+        (its processes leave a failed collective up to ``timeout`` apart) and of a heal's
+        transfer; default: the root gang's timeout.
+    :raises ImportError: torchft is not installed (``pip install 'gangmesh[ft]'``).
+    :raises ValueError: no lighthouse or group given, or bad values.
+    :raises GangError: the lighthouse did not answer within the timeout.
+    """
+    ft = torchft()
+    if not isinstance(root_gang, ProcessGroupGang):
+        raise ValueError(f"root_gang: expected the gang of setup_root_gang(), got {root_gang!r}")
+    address = _lighthouse_address(lighthouse)
+    number = _group_number(group)
+    min_replicas = check_positive("min_replicas", min_replicas)
+    timeout = check_timeout(timeout) or root_gang.timeout
+    quorum_timeout = check_timeout(quorum_timeout) or root_gang.timeout
+    identity = Identity(number)
+    process_group = checked_group(root_gang.device, timeout, identity)
+    common = dict(pg=process_group, load_state_dict=None, state_dict=None,
+                  min_replica_size=min_replicas, use_async_quorum=False, timeout=quorum_timeout,
+                  quorum_timeout=quorum_timeout, connect_timeout=timeout, rank=root_gang.rank,
+                  world_size=root_gang.size, lighthouse_addr=address,
+                  replica_id=f"replica_group_{number}")  # fmt: skip
+    store, manager, failure = None, None, ""
+    if root_gang.rank == 0:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=timeout
+        )
+        where = [socket.gethostname(), store.port]
+        try:
+            manager = ft.Manager(store_addr=where[0], store_port=where[1], **common)
+        except RuntimeError as ex:  # torchft's Manager server cannot reach the lighthouse
+            failure = str(ex).split(":", 1)[0]
+        answer: list[Any] = [failure, *where]
+    else:
+        answer = [None, None, None]
+    root_gang.broadcast_objects(answer)
+    failure, host, port = answer
+    if failure:
+        seconds = f"{timeout.total_seconds():g}"
+        raise GangError(
+            f"join_replicas: the lighthouse at {address} did not answer within {seconds} s "
+            f"({failure}); start one with torchft_lighthouse or gangmesh.start_lighthouse"
+        )
+    if manager is None:
+        manager = ft.Manager(store_addr=host, store_port=port, **common)
+    log.info("Replica group %d joined the lighthouse at %s", number, address)
+    gang = ManagedGang(manager, process_group, root_gang.device)
+    return Replicas(group=number, lighthouse=address, manager=manager, gang=gang,
+                    identity=identity, store=store)  # fmt: skip
+
+
+def _lighthouse_address(given: str | None) -> str:
+    """``given`` or torchft's variable, as ``http://host:port``."""
+    address = given if given is not None else os.environ.get(LIGHTHOUSE_VARIABLE)
+    if not isinstance(address, str) or not address.strip():
+        raise ValueError(
+            f"lighthouse: expected the lighthouse's address (host:port) or {LIGHTHOUSE_VARIABLE} "
+            f"set, got {address!r}"
+        )
+    address = address.strip()
+    return address if "://" in address else f"http://{address}"
+
+
+def _group_number(given: int | None) -> int:
+    """``given`` or the number in GANGMESH_REPLICA_GROUP."""
+    if given is not None:
+        return check_count("group", given)
+    value = os.environ.get(GROUP_VARIABLE, "")
+    if not value.strip().isdigit():
+        got = repr(value) if value else "neither"
+        raise ValueError(
+            f"group: expected this replica group's number (0, 1, ...) or {GROUP_VARIABLE} set, "
+            f"got {got}"
+        )
+    return int(value)

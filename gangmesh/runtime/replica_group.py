@@ -1,0 +1,96 @@
+"""torchft, imported on demand, and its process group across replica groups, which first checks
+that the groups meeting in it are distinct and laid out alike."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+import torch
+
+INSTALL_HINT = "pip install 'gangmesh[ft]'"
+
+
+def torchft() -> ModuleType:
+    """The torchft package.
+
+    :raises ImportError: torchft is not installed, saying how to install it.
+    """
+    try:
+        return importlib.import_module("torchft")
+    except ImportError as ex:
+        raise ImportError(
+            f"replica groups need torchft, which is not installed: {INSTALL_HINT}"
+        ) from ex
+
+
+@dataclass
+class Identity:
+    """What a replica group says of itself when it meets the others of a quorum."""
+
+    group: int
+    """Its number among the replica groups."""
+    layout: str = ""
+    """Its in-group layout, once its gangs are built."""
+    refusal: ValueError | None = None
+    """Why it cannot train with the groups it met, once found."""
+
+    def meet(self, store: Any, rank: int, world_size: int) -> None:
+        """Say who we are in the quorum's ``store`` and read the others (``world_size`` of
+        them, ``rank`` ours).
+
+        :raises ValueError: two groups with one number, or two layouts (kept in ``refusal``).
+        """
+        store.set(f"gangmesh/replica/{rank}", json.dumps([self.group, self.layout]))
+        met = [json.loads(store.get(f"gangmesh/replica/{r}")) for r in range(world_size)]
+        groups = [group for group, _ in met]
+        twice = sorted({group for group in groups if groups.count(group) > 1})
+        if twice:
+            self.refusal = ValueError(
+                f"group: replica group {twice[0]} joined twice; expected each launch to have a "
+                "number of its own"
+            )
+        differing = [(group, layout) for group, layout in met if layout != self.layout]
+        if differing and self.refusal is None:
+            other, layout = differing[0]
+            self.refusal = ValueError(
+                f"replica groups {self.group} and {other} are laid out differently: "
+                f"{self.layout or 'no gangs'} and {layout or 'no gangs'}; expected every "
+                "replica group to create its gangs with the same sizes"
+            )
+        if self.refusal is not None:
+            raise self.refusal
+
+
+def checked_group(device: torch.device, timeout: timedelta, identity: Identity) -> Any:
+    """torchft's reconfigurable process group for ``device`` (gloo on CPU, NCCL on CUDA) that
+    meets the other groups through ``identity`` each time a quorum configures it."""
+    base = "ProcessGroupNCCL" if device.type == "cuda" else "ProcessGroupGloo"
+    return _checked(base)(identity, timeout)
+
+
+@functools.cache
+def _checked(base_name: str) -> type:
+    ft = torchft()
+    process_group = importlib.import_module("torchft.process_group")
+    base: type = getattr(ft, base_name)
+
+    class Checked(base):  # type: ignore[misc]
+        def __init__(self, identity: Identity, timeout: timedelta) -> None:
+            super().__init__(timeout=timeout)
+            self._identity = identity
+            self._meeting_timeout = timeout
+
+        def configure(self, store_addr: str, replica_id: str, rank: int, world_size: int,
+                      *more: Any, **named: Any) -> None:  # fmt: skip
+            store = process_group.create_store_client(store_addr, timeout=self._meeting_timeout)
+            self._identity.meet(store, rank, world_size)
+            super().configure(store_addr, replica_id, rank, world_size, *more, **named)
+
+    Checked.__name__ = Checked.__qualname__ = f"Checked{base_name}"
+    return Checked

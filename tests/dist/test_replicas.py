@@ -1,0 +1,114 @@
+"""Replica groups that fail alone (torchft): the recipe's local run, and bad input refused."""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import timedelta
+
+import pytest
+
+import gangmesh as gm
+from tests.dist.launch import REPO, free_port, processes, run_command
+
+pytestmark = pytest.mark.dist
+
+RECIPE = REPO / "docs/examples/fault_tolerant_hsdp.py"
+
+
+@pytest.fixture
+def lighthouse():
+    with gm.start_lighthouse(heartbeat_timeout=timedelta(seconds=1)) as running:
+        yield running
+
+
+@pytest.fixture
+def pair_lighthouse():
+    """A lighthouse whose quorums wait for two groups: both groups meet in the first one."""
+    with gm.start_lighthouse(2, heartbeat_timeout=timedelta(seconds=1)) as running:
+        yield running
+
+
+def groups_of(per_group: int, count: int = 2):
+    """``env_of`` for ``count`` launches of ``per_group`` processes each, on 127.0.0.1."""
+    ports = [free_port() for _ in range(count)]
+
+    def env_of(index: int) -> dict[str, str]:
+        env = {"GANGMESH_TEST_INDEX": str(index)}
+        if per_group > 1:
+            group, rank = divmod(index, per_group)
+            env.update(RANK=str(rank), WORLD_SIZE=str(per_group), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(per_group), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(ports[group]))  # fmt: skip
+        return env
+
+    return env_of
+
+
+def outcomes(tmp_path, scenario: str, where: str, per_group: int, count: int) -> dict:
+    run = processes("replicas.py", per_group * count, str(tmp_path), scenario, where,
+                    timeout=120, env_of=groups_of(per_group, count))  # fmt: skip
+    results = run.results(tmp_path)
+    assert sorted(results) == list(range(per_group * count)), run.output
+    return results
+
+
+def test_the_recipe_loses_a_replica_group_goes_on_and_heals_it(tmp_path):
+    run = run_command([sys.executable, str(RECIPE), "--local", "--out", str(tmp_path)],
+                      timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
+    assert run.returncode == 0, run.output
+    line = re.search(
+        r"^replica group 1 lost at step 4: group 0 went on without a restart \(stalled "
+        r"(?P<stall>[\d.]+) s\); group 1 rejoined at step (?P<back>\d+) in (?P<heal>[\d.]+) s "
+        r"with group 0's weights; every committed step matches the reference within 1e-05 "
+        r"\(worst (?P<worst>\S+)\)$",
+        run.output,
+        re.MULTILINE,
+    )
+    assert line, run.output
+    assert int(line["back"]) > 4, "group 1 came back after the steps group 0 took alone"
+    assert float(line["worst"]) <= 1e-5
+
+
+def test_an_unreachable_lighthouse_is_named_within_the_timeout(tmp_path):
+    closed = free_port()
+    (result,) = outcomes(tmp_path, "unreachable", str(closed), 1, 1).values()
+    assert result["kind"] == "GangError"
+    assert result["error"].startswith(
+        f"join_replicas: the lighthouse at http://127.0.0.1:{closed} did not answer within 3 s"
+    ), result["error"]
+    assert result["waited"] < 3 + 5
+
+
+def test_without_torchft_joining_says_how_to_install_it(tmp_path):
+    (result,) = outcomes(tmp_path, "missing", "", 1, 1).values()
+    assert result["kind"] == "ImportError"
+    assert "pip install 'gangmesh[ft]'" in result["error"]
+
+
+def test_a_replicate_size_beside_replica_groups_is_refused(tmp_path, lighthouse):
+    (result,) = outcomes(tmp_path, "replicate", lighthouse.address, 1, 1).values()
+    assert result["kind"] == "ValueError"
+    assert result["error"].startswith("dp_replicate: expected 1 with replicas="), result["error"]
+
+
+def test_two_launches_with_one_group_number_are_refused(tmp_path, pair_lighthouse):
+    results = outcomes(tmp_path, "twice", pair_lighthouse.address, 1, 2)
+    for result in results.values():
+        assert result["kind"] == "ValueError", results
+        assert result["error"].startswith("group: replica group 0 joined twice"), result["error"]
+
+
+def test_replica_groups_laid_out_differently_are_refused_naming_both_layouts(
+    tmp_path, pair_lighthouse
+):
+    results = outcomes(tmp_path, "layouts", pair_lighthouse.address, 2, 2)
+    for index, result in results.items():
+        assert result["kind"] == "ValueError", results
+        mine, other = (0, 1) if index < 2 else (1, 0)
+        assert result["error"].startswith(
+            f"replica groups {mine} and {other} are laid out differently: "
+        ), result["error"]
+        assert "2 processes (dp_shard 2) and 2 processes (tp 2)" in result["error"] or (
+            "2 processes (tp 2) and 2 processes (dp_shard 2)" in result["error"]
+        ), result["error"]
