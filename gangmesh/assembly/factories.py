@@ -98,11 +98,7 @@ def create_gangs(
         asked = {**LAYOUT_DEFAULTS, **keywords}
         LayoutAgreement(root_gang, asked, **others).leave_request()
         raise _with_hint(ex, root_gang.size, _wanted(asked[name] for name in DENSE_DIMS)) from None
-    gangs = _create(root_gang, layout, timeout, placement)
-    if replicas is None:
-        return gangs
-    replicas.adopt(gangs.plan)
-    return gangs._managed(replicas.gang)
+    return _create(root_gang, layout, timeout, placement, replicas)
 
 
 def _check_replicas(replicas: object, dp_replicate: object) -> None:
@@ -124,6 +120,7 @@ def create_gangs_from_layout(
     *,
     timeout: timedelta | None = None,
     placement: bool | Sequence[Site] | None = None,
+    replicas: Replicas | None = None,
 ) -> Gangs:
     """Build the gangs of a checked :class:`~gangmesh.plan.layout.Layout`.
 
@@ -134,14 +131,33 @@ def create_gangs_from_layout(
     :param layout: the sizes and order asked for.
     :param timeout: timeout of every group created; default: the root gang's.
     :param placement: as :func:`~gangmesh.create_gangs` takes it.
+    :param replicas: as :func:`~gangmesh.create_gangs` takes it.
     :raises ValueError: as :func:`~gangmesh.create_gangs` does.
     :raises GangError: a process group cannot be created.
     """
     check_root(root_gang, parts=True)
-    return _create(root_gang, layout, timeout, placement)
+    if replicas is not None:
+        _check_replicas(replicas, layout.dp_replicate)
+    return _create(root_gang, layout, timeout, placement, replicas)
 
 
 def _create(
+    root_gang: Gang,
+    layout: Layout,
+    timeout: timedelta | None,
+    placement: bool | Sequence[Site] | None,
+    replicas: Replicas | None = None,
+) -> Gangs:
+    """The gangs of ``layout`` over a checked root gang, once every process asked for it;
+    with ``replicas``, their rdp is the managed gang across replica groups."""
+    gangs = _created(root_gang, layout, timeout, placement)
+    if replicas is None:
+        return gangs
+    replicas.adopt(gangs.plan)
+    return gangs._managed(replicas.gang)
+
+
+def _created(
     root_gang: Gang,
     layout: Layout,
     timeout: timedelta | None,

@@ -165,6 +165,8 @@ def join_replicas(
     :raises GangError: the lighthouse did not answer within the timeout.
     """
     ft = torchft()
+    if root_gang.device.type != "cuda":  # NCCL's flight recorder: nothing to reset without it
+        logging.getLogger("torchft.manager").addFilter(_no_flight_recorder)
     if not isinstance(root_gang, ProcessGroupGang):
         raise ValueError(f"root_gang: expected the gang of setup_root_gang(), got {root_gang!r}")
     address = _lighthouse_address(lighthouse)
@@ -202,10 +204,18 @@ def join_replicas(
         )
     if manager is None:
         manager = ft.Manager(store_addr=host, store_port=port, **common)
+    # Something to copy where a group heals before its model is wrapped (torchft has each
+    # group but the first copy the others at step 0).
+    manager.register_state_dict_fn("gangmesh", lambda state: None, lambda: {"group": number})
     log.info("Replica group %d joined the lighthouse at %s", number, address)
     gang = ManagedGang(manager, process_group, root_gang.device)
     return Replicas(group=number, lighthouse=address, manager=manager, gang=gang,
                     identity=identity, store=store)  # fmt: skip
+
+
+def _no_flight_recorder(record: logging.LogRecord) -> bool:
+    """Leave out torchft's warning that it cannot reset NCCL's flight recorder."""
+    return "flight recorder" not in record.getMessage()
 
 
 def _lighthouse_address(given: str | None) -> str:

@@ -18,6 +18,7 @@ from gangmesh.plan.dims import ROOT
 from gangmesh.plan.placement import this_site
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
+from gangmesh.runtime.managed_gang import ManagedGang
 from gangmesh.runtime.ops import all_gather_objects
 from gangmesh.tools.check_report import GangReport, Placement, checked_gangs
 
@@ -44,7 +45,8 @@ def check_gangs(
     local = gangs.root.rank
     rank = to_global[local]
     reports = []
-    checked = [name for name in checked_gangs(plan) if name == ROOT or name in list(gangs)]
+    built = [name for name in gangs if not isinstance(gangs[name], ManagedGang)]  # checked apart
+    checked = [name for name in checked_gangs(plan) if name == ROOT or name in built]
     for step, name in enumerate(checked, start=1):
         gang = gangs[name]
         if local == 0:

@@ -16,6 +16,7 @@ import torch
 
 from gangmesh.assembly.factories import create_gangs_from_layout
 from gangmesh.assembly.record import layout_record
+from gangmesh.assembly.replicas import join_replicas
 from gangmesh.assembly.setup import setup_root_gang
 from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import check_ranks_per_node
@@ -25,6 +26,7 @@ from gangmesh.runtime.gang import Gang, GangError
 from gangmesh.runtime.ops import all_gather_objects, broadcast_flag
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 from gangmesh.tools.check import check_gangs, describe_failure, gather_reports, this_placement
+from gangmesh.tools.check_replicas import check_across
 from gangmesh.tools.check_report import (
     GangReport,
     Placement,
@@ -135,8 +137,11 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
         plan = MeshTopology.from_layout(root.size, layout)
         if args.ranks_per_node is not None:
             check_ranks_per_node(root.size, args.ranks_per_node)
+        replicas = None
+        if args.lighthouse is not None:
+            replicas = join_replicas(root, lighthouse=args.lighthouse, timeout=timeout)
         gangs = create_gangs_from_layout(
-            root, layout, timeout=timeout, placement=args.placement or None
+            root, layout, timeout=timeout, placement=args.placement or None, replicas=replicas
         )
         plan = gangs.plan
         if args.inject_rank == rank and args.inject_fault != "slow":
@@ -152,6 +157,12 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
             out = sys.stdout if args.json != "-" else sys.stderr
             passed, summary = report(args, root, plan, everything, sizes, placements, record, out)
             write_summary(args.json, summary)
+        if replicas is not None:
+            across, line = check_across(replicas, gangs)
+            if rank == 0:
+                print(line, file=sys.stdout if args.json != "-" else sys.stderr)
+            passed = passed and across
+            replicas.close()
         return 0 if broadcast_flag(root, passed) else 1
     except GangError as ex:
         sys.stderr.write(f"gangmesh check: {describe_failure(ex, rank)}\n")

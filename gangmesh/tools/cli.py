@@ -22,9 +22,9 @@ from gangmesh.plan.dim_keywords import closest
 from gangmesh.plan.dims import DENSE_DIMS, FACTS, SIZE_NAMES, option
 from gangmesh.plan.layout import Layout
 from gangmesh.runtime.environment import read_launch_environment
+from gangmesh.tools.check_entry import run_check
 from gangmesh.tools.failure import Failure
-from gangmesh.tools.parts_command import parts_of
-from gangmesh.tools.plan_command import layout_of, run_plan
+from gangmesh.tools.plan_command import run_plan
 from gangmesh.tools.render import JSON_CONTENTS
 
 USAGE_ERROR = 2
@@ -220,6 +220,17 @@ def build_parsers(
         "world size, if any)",
     )
     check.add_argument(
+        "--replica-groups",
+        type=_int,
+        help="run this many replica groups of --nproc processes each on this machine, with a "
+        "lighthouse, and check the reduction across them (needs gangmesh[ft])",
+    )
+    check.add_argument(
+        "--lighthouse",
+        help="take part as one replica group (GANGMESH_REPLICA_GROUP) of a job whose groups "
+        "meet at this lighthouse (host:port): checks the reduction across them too",
+    )
+    check.add_argument(
         "--placement",
         action="store_true",
         help="lay the mesh over the ranks by where they run (create_gangs(..., "
@@ -297,35 +308,6 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--output", help="write to this file (default: standard output)")
 
 
-def run_check(args: argparse.Namespace, argv: list[str]) -> int:
-    """Launch local workers, or take part as this rank of a distributed job."""
-    from gangmesh.tools.check_command import check_as_rank, check_locally
-
-    if args.iters < 1 or args.timeout <= 0:
-        raise ValueError(
-            f"--iters and --timeout: expected positive values, got {args.iters}, {args.timeout}"
-        )
-    env = None if args.init_method else read_launch_environment()
-    launched = bool(args.init_method) or (env is not None and env.world_size > 1)
-    if not args.part:
-        args.nproc = 4 if args.nproc is None else args.nproc
-        layout = layout_of(args)
-        return check_as_rank(args, layout) if launched else check_locally(args, layout, argv, main)
-    from gangmesh.tools.check_parts import check_parts_as_rank  # imports torch: not for plan
-
-    if args.inject_rank is not None:
-        raise Failure("--inject-rank: not with --part")
-    if args.init_method:  # a local worker: the launcher set the world size
-        args.world_size = int(os.environ["WORLD_SIZE"])
-    else:
-        args.world_size = env.world_size if launched and env else args.nproc
-    plan, _ = parts_of(args, "--nproc")
-    if launched:
-        return check_parts_as_rank(args, plan)
-    args.nproc = plan.parts.world_size
-    return check_locally(args, Layout(), argv, main)
-
-
 def option_spelling(message: str, options: dict[str, str] = OPTIONS) -> str:
     """A planner's message with the names it starts with (and sizes) spelled as options.
 
@@ -361,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(USAGE_ERROR, f"gangmesh {args.command}: error: --ranks-per-node must be >= 1\n")
     try:
         if args.command == "check":
-            return run_check(args, sys.argv[1:] if argv is None else list(argv))
+            return run_check(args, sys.argv[1:] if argv is None else list(argv), main)
         return run_plan(args)
     except ValueError as ex:
         return _fail(args.command, option_spelling(str(ex), _spellings(args)))

@@ -112,3 +112,40 @@ def test_replica_groups_laid_out_differently_are_refused_naming_both_layouts(
         assert "2 processes (dp_shard 2) and 2 processes (tp 2)" in result["error"] or (
             "2 processes (tp 2) and 2 processes (dp_shard 2)" in result["error"]
         ), result["error"]
+
+
+def test_gangmesh_check_runs_replica_groups_and_checks_the_reduction_across_them():
+    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2", "--tp", "2",
+                       "--replica-groups", "2", "--sizes", "8", "--iters", "2"],
+                      timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
+    assert run.returncode == 0, run.output
+    for group in (0, 1):
+        assert re.search(
+            rf"^replica groups: 2 in the step \(this one: group {group}, rank \d\); all_reduce "
+            r"across them right in [\d.]+ ms; the step committed$",
+            run.output,
+            re.MULTILINE,
+        ), run.output
+    assert run.output.count("layout: pp=1, dp_replicate=1, dp_shard=1, cp=1, tp=2\n") == 2
+    assert run.output.rstrip().endswith(
+        "PASSED: 2 replica groups of 2 processes: each matches its plan, and the reduction "
+        "across them is right"
+    ), run.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--replica-groups", "2", "--dp-replicate", "2"],
+         "--dp-replicate: expected 1 with replica groups"),
+        (["--replica-groups", "2", "--lighthouse", "h:1"],
+         "--replica-groups: starts its own lighthouse; not with --lighthouse"),
+        (["--replica-groups", "0"], "--replica-groups: expected an int >= 1, got 0"),
+    ],
+)  # fmt: skip
+def test_gangmesh_check_refuses_replica_options_that_cannot_be_in_one_line(extra, message):
+    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2", *extra],
+                      timeout=60)  # fmt: skip
+    assert run.returncode == 2, run.output
+    assert run.output.startswith(f"gangmesh check: error: {message}"), run.output
+    assert run.output.count("\n") == 1, run.output
