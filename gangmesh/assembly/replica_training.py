@@ -8,8 +8,6 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint import state_dict as dcp_state
-from torch.distributed.fsdp import FSDPModule
 from torch.optim import Optimizer
 from typing_extensions import override
 
@@ -29,6 +27,13 @@ def wire(
 ) -> Optimizer:
     """See :meth:`gangmesh.Replicas.wrap`: ``gang`` across the replica groups, torchft's
     ``manager``, and what starts and commits a step."""
+    # Imported here, not with gangmesh: imported once the default group exists, torch's FSDP
+    # package keeps that group for good (ShardedGradScaler's default process_group is
+    # dist.group.WORLD, read at import; its checkpoint package imports it too), which would
+    # hold every job's groups past their destruction. A model to wrap has imported it.
+    from torch.distributed.checkpoint import state_dict as dcp_state
+    from torch.distributed.fsdp import FSDPModule
+
     sharded = [module for module in model.modules() if isinstance(module, FSDPModule)]
     if not sharded:
         raise ValueError(

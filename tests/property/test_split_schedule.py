@@ -71,18 +71,19 @@ class TorchStandIn:
 
     recording: Recording
     rank: int
-    world: Any
-    world_timeout: timedelta
     new_group: Callable[..., Any]
     make_group: Callable[..., Any]
+    world: Any = None
     names: dict[int, str] = field(default_factory=dict)
     timeouts: dict[int, timedelta] = field(default_factory=dict)
     splits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     splitting: bool = False
 
-    def __post_init__(self) -> None:
-        self.names[id(self.world)] = "world"
-        self.timeouts[id(self.world)] = self.world_timeout
+    def adopt_world(self, world: Any, timeout: timedelta) -> None:
+        """The default group, once made: the first parent."""
+        self.world = world
+        self.names[id(world)] = "world"
+        self.timeouts[id(world)] = timeout
 
     def split_group(
         self, parent: Any, split_ranks: list[list[int]], *, timeout: Any = None, **_: Any
@@ -115,7 +116,19 @@ class TorchStandIn:
     def make(self, size: int, group_rank: Any, ranks: list[int], backend: Any, *a: Any,
              **k: Any) -> Any:  # fmt: skip
         """torch's _new_process_group_helper: where torch makes every group new_group asks
-        for. Under a bound world every process of the world must make it."""
+        for. Under a bound world every process of the world must make it; a monitored gang's
+        gloo twin is made by its members, all of them, and stands in the schedule as a
+        parent of its own (a fake group here: the simulated ranks have no peers)."""
+        if str(backend) == "gloo":
+            made = tuple(ranks)
+            mine = made if self.rank in made else None
+            twin = Request(made, frozenset([made]), mine, parent_name=f"gloo twin {made}")
+            self.recording.record(self.rank, twin)
+            return self.make_group(
+                size, group_rank, ranks, "fake", *a, **{**k, "backend_options": None}
+            )
+        if self.world is None:  # the default group itself
+            return self.make_group(size, group_rank, ranks, backend, *a, **k)
         if not self.splitting and str(backend) == dist.get_backend(self.world):
             made = tuple(ranks)
             mine = made if self.rank in made else None
@@ -163,26 +176,28 @@ def bound_rank(
     rank: int,
     monkeypatch: pytest.MonkeyPatch,
     exchanges: Exchanges,
+    monitored: bool = False,
 ) -> Iterator[gm.ProcessGroupGang]:
     """The root gang of ``rank`` in a fake world that gangmesh takes for one bound to a
     device, torch's group creation recorded (:class:`TorchStandIn`), its gangs' agreements
-    answered by ``exchanges``."""
+    answered by ``exchanges``; with ``monitored``, the root is monitored (its gangs get
+    gloo twins)."""
     _c10d.ensure_fake_backend()
-    root = gm.ProcessGroupGang.create_default_process_group(
-        torch.device("cpu"), backend="fake", store=dist.HashStore(), rank=rank,
-        world_size=world_size,
-    )  # fmt: skip
     c10d = dist.distributed_c10d
-    torch_side = TorchStandIn(
-        recording, rank, dist.group.WORLD, root.timeout, dist.new_group,
-        c10d._new_process_group_helper,
-    )  # fmt: skip
+    torch_side = TorchStandIn(recording, rank, dist.new_group, c10d._new_process_group_helper)
     with monkeypatch.context() as patch:
         patch.setattr(_c10d, "splits_new_groups", lambda backend: True)
         patch.setattr(dist, "split_group", torch_side.split_group)
         patch.setattr(c10d, "_new_process_group_helper", torch_side.make)
         patch.setattr(gm.ProcessGroupGang, "all_reduce", exchanges.stand_in())
+        # A monitored barrier needs gloo; the twins here are fake, and the ranks run in turn.
+        patch.setattr(dist, "monitored_barrier", lambda *args, **kwargs: None)
+        root = gm.ProcessGroupGang.create_default_process_group(
+            torch.device("cpu"), backend="fake", store=dist.HashStore(), rank=rank,
+            world_size=world_size, monitored=monitored,
+        )  # fmt: skip
         try:
+            torch_side.adopt_world(dist.group.WORLD, root.timeout)
             yield root
         finally:
             root.close()
@@ -192,6 +207,7 @@ def simulate(
     world_size: int,
     monkeypatch: pytest.MonkeyPatch,
     body: Callable[[int, gm.ProcessGroupGang], None],
+    monitored: bool = False,
 ) -> Recording:
     """``body(rank, root)`` for every rank of a simulated bound world, twice (what each rank
     gives its gangs' agreements, then the agreed answers); the second pass's recording."""
@@ -201,7 +217,7 @@ def simulate(
             exchanges.settle()
         recording = Recording()
         for rank in range(world_size):
-            with bound_rank(recording, world_size, rank, monkeypatch, exchanges) as root:
+            with bound_rank(recording, world_size, rank, monkeypatch, exchanges, monitored) as root:
                 body(rank, root)
     return recording
 
@@ -277,10 +293,16 @@ SCHEDULES = settings(max_examples=15, deadline=None, suppress_health_check=[
 
 
 @SCHEDULES
-@given(plan=layouts(max_world_size=16, orders=True, experts=True), data=st.data())
+@given(
+    plan=layouts(max_world_size=16, orders=True, experts=True),
+    data=st.data(),
+    monitored=st.booleans(),
+)
 def test_gangs_refits_and_sub_gangs_split_as_every_process_of_the_parent_asks(
-    plan: MeshTopology, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+    plan: MeshTopology, data: st.DataObject, monitored: bool, monkeypatch: pytest.MonkeyPatch
 ):
+    # monitored: every gang also gets a gloo twin for its monitored barriers, made by its
+    # members between the splits; the twins must fit the one schedule too.
     picked = data.draw(st.integers(min_value=1, max_value=max(1, plan.size_of("dp"))))
     sub_ranks = list(range(picked))[::-1]  # out of order, as users may ask
 
@@ -303,7 +325,10 @@ def test_gangs_refits_and_sub_gangs_split_as_every_process_of_the_parent_asks(
             if made is not None:
                 made.close()
 
-    recording = simulate(plan.world_size, monkeypatch, body)
+    recording = simulate(plan.world_size, monkeypatch, body, monitored)
+    twins = any(r.parent_name.startswith("gloo twin") for rs in recording.requests.values()
+                for r in rs)  # fmt: skip
+    assert twins == monitored
     assert_one_schedule(recording, plan.world_size)
 
 
