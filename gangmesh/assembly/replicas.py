@@ -165,8 +165,6 @@ def join_replicas(
     :raises GangError: the lighthouse did not answer within the timeout.
     """
     ft = torchft()
-    if root_gang.device.type != "cuda":  # NCCL's flight recorder: nothing to reset without it
-        logging.getLogger("torchft.manager").addFilter(_no_flight_recorder)
     if not isinstance(root_gang, ProcessGroupGang):
         raise ValueError(f"root_gang: expected the gang of setup_root_gang(), got {root_gang!r}")
     address = _lighthouse_address(lighthouse)
@@ -174,6 +172,8 @@ def join_replicas(
     min_replicas = check_positive("min_replicas", min_replicas)
     timeout = check_timeout(timeout) or root_gang.timeout
     quorum_timeout = check_timeout(quorum_timeout) or root_gang.timeout
+    if root_gang.device.type != "cuda":  # NCCL's flight recorder: nothing to reset without it
+        logging.getLogger("torchft.manager").addFilter(_no_flight_recorder)
     identity = Identity(number)
     process_group = checked_group(root_gang.device, timeout, identity)
     common = dict(pg=process_group, load_state_dict=None, state_dict=None,
@@ -190,7 +190,7 @@ def join_replicas(
         try:
             manager = ft.Manager(store_addr=where[0], store_port=where[1], **common)
         except RuntimeError as ex:  # torchft's Manager server cannot reach the lighthouse
-            failure = str(ex).split(":", 1)[0]
+            failure = str(ex).split(";", 1)[0]  # torchft's reason, without its advice
         answer: list[Any] = [failure, *where]
     else:
         answer = [None, None, None]
@@ -199,8 +199,8 @@ def join_replicas(
     if failure:
         seconds = f"{timeout.total_seconds():g}"
         raise GangError(
-            f"join_replicas: the lighthouse at {address} did not answer within {seconds} s "
-            f"({failure}); start one with torchft_lighthouse or gangmesh.start_lighthouse"
+            f"join_replicas: the lighthouse at {address} did not answer within {seconds} s; "
+            f"start one with torchft_lighthouse or gangmesh.start_lighthouse (torchft: {failure})"
         )
     if manager is None:
         manager = ft.Manager(store_addr=host, store_port=port, **common)
