@@ -153,16 +153,17 @@ def join_replicas(
     :param group: this replica group's number, distinct among the groups; default:
         ``GANGMESH_REPLICA_GROUP``.
     :param min_replicas: the fewest replica groups a step commits with.
-    :param timeout: bound of the collectives across groups and of the connection to the
-        lighthouse; default: the root gang's. Set it near the lighthouse's heartbeat
-        timeout: a group cut off mid-step holds the others that long.
-    :param quorum_timeout: bound of a step's quorum (which waits for groups that are
-        starting, up to the lighthouse's join timeout), of the group's agreement to commit
-        (its processes leave a failed collective up to ``timeout`` apart) and of a heal's
-        transfer; default: the root gang's timeout.
+    :param timeout: bound of the collectives across groups; default: the root gang's. Set
+        it near the lighthouse's heartbeat timeout: a group cut off mid-step holds the
+        others that long.
+    :param quorum_timeout: bound of the connection to the lighthouse (which may be
+        starting), of a step's quorum (which waits for groups that are starting, up to the
+        lighthouse's join timeout), of the group's agreement to commit (its processes leave
+        a failed collective up to ``timeout`` apart) and of a heal's transfer; default: the
+        root gang's timeout.
     :raises ImportError: torchft is not installed (``pip install 'gangmesh[ft]'``).
     :raises ValueError: no lighthouse or group given, or bad values.
-    :raises GangError: the lighthouse did not answer within the timeout.
+    :raises GangError: the lighthouse did not answer within ``quorum_timeout``.
     """
     ft = torchft()
     if not isinstance(root_gang, ProcessGroupGang):
@@ -178,8 +179,8 @@ def join_replicas(
     process_group = checked_group(root_gang.device, timeout, identity)
     common = dict(pg=process_group, load_state_dict=None, state_dict=None,
                   min_replica_size=min_replicas, use_async_quorum=False, timeout=quorum_timeout,
-                  quorum_timeout=quorum_timeout, connect_timeout=timeout, rank=root_gang.rank,
-                  world_size=root_gang.size, lighthouse_addr=address,
+                  quorum_timeout=quorum_timeout, connect_timeout=quorum_timeout,
+                  rank=root_gang.rank, world_size=root_gang.size, lighthouse_addr=address,
                   replica_id=f"replica_group_{number}")  # fmt: skip
     store, manager, failure = None, None, ""
     if root_gang.rank == 0:
@@ -197,7 +198,7 @@ def join_replicas(
     root_gang.broadcast_objects(answer)
     failure, host, port = answer
     if failure:
-        seconds = f"{timeout.total_seconds():g}"
+        seconds = f"{quorum_timeout.total_seconds():g}"
         raise GangError(
             f"join_replicas: the lighthouse at {address} did not answer within {seconds} s; "
             f"start one with torchft_lighthouse or gangmesh.start_lighthouse (torchft: {failure})"

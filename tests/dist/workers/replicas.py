@@ -32,7 +32,7 @@ def main() -> None:
     result: dict[str, object] = {}
     try:
         if scenario == "unreachable":
-            gm.join_replicas(root, lighthouse=f"127.0.0.1:{where}", group=0, timeout=SHORT)
+            gm.join_replicas(root, lighthouse=f"127.0.0.1:{where}", group=0, quorum_timeout=SHORT)
         elif scenario == "missing":
             gm.join_replicas(root, lighthouse="127.0.0.1:1", group=0)
         else:
