@@ -16,6 +16,7 @@ needs no new port.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -296,7 +297,13 @@ def meet(
             missing = [m for r, m in enumerate(named) if not store.check([f"{prefix}{r}"])]
             if not missing:  # each left its request; one stopped or ended before it counted
                 missing = sorted(failure_reports.fates(named))
-            raise _absentees(store, _label(topic), missing, timeout) from ex
+            error = _absentees(store, _label(topic), missing, timeout)
+            if rank == 0:
+                _tell_the_others(store, prefix, error)
+            raise error from ex
+        ended = store.get(f"{prefix}all")
+        if ended != b"1":
+            raise _told(ended)
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
         texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
@@ -305,6 +312,24 @@ def meet(
             raise
         raise _store_gone(store, _label(topic)) from ex
     return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
+
+
+def _tell_the_others(store: Store, prefix: str, error: GangError) -> None:
+    """Rank 0 of a meeting that did not end: the others still waiting get its finding at
+    once, instead of each waiting out its own timeout (where rank 0 serves the store, they
+    would find it gone by then, and rank 0 taken for the culprit)."""
+    finding = json.dumps({"error": str(error), "culprits": list(error.culprits)})
+    with contextlib.suppress(RuntimeError, ConnectionError):
+        store.set(f"{prefix}all", finding)
+
+
+def _told(finding: bytes) -> GangError:
+    """The error rank 0 of a meeting found, as :func:`_tell_the_others` left it."""
+    said = json.loads(finding)
+    error = GangError(said["error"])
+    error.culprits = tuple(said["culprits"])
+    blame.record(error, time.time())
+    return error
 
 
 def _label(topic: str) -> str:

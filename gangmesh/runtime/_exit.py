@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch.distributed as dist
 
-from gangmesh.runtime import failure_reports, stop_notice
+from gangmesh.runtime import failure_reports, last_words, stop_notice
 from gangmesh.runtime.communicators import forget_all
 
 log = logging.getLogger("gangmesh")
@@ -51,8 +51,14 @@ def install_exit_teardown() -> None:
     """
     global _exit_teardown_installed
     if not _exit_teardown_installed:
-        atexit.register(shut_everything_down)
+        atexit.register(_at_interpreter_exit)
         _exit_teardown_installed = True
+
+
+def _at_interpreter_exit() -> None:
+    """A failure's last words first, while the reports they need are open; then the teardown."""
+    last_words.at_exit()
+    shut_everything_down()
 
 
 def shut_everything_down() -> None:

@@ -26,6 +26,7 @@ from gangmesh.runtime.gang import GangError
 log = logging.getLogger("gangmesh")
 
 _installed = False
+_exited = False
 _CULPRIT_EXIT_BOUND = 3.0
 """Seconds a survivor that ends waits for the culprits it named on its host to end."""
 
@@ -45,13 +46,18 @@ def install() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
-    atexit.register(_at_exit)
+    atexit.register(at_exit)
     _installed = True
 
 
-def _at_exit() -> None:
+def at_exit() -> None:
     """Let the culprits named on this host end first; where this process serves the job's
-    store, let the other processes read the reports before it goes."""
+    store, let the other processes read the reports before it goes. Once per process: the
+    exit teardown (:mod:`gangmesh.runtime._exit`) runs it before it closes the reports."""
+    global _exited
+    if _exited:
+        return
+    _exited = True
     error_files.let_culprits_end(_CULPRIT_EXIT_BOUND)
     failure_reports.keep_store_for_survivors()
 

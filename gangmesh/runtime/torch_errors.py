@@ -13,7 +13,10 @@ _SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 _KINDS = (
     (re.compile(r"Timed out|timed out|[Tt]imeout"), "timed out after {timeout:g} s"),
     (
-        re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe"),
+        re.compile(
+            r"Connection closed by peer|Connection reset by peer|Broken pipe"
+            r"|Connection was likely closed"
+        ),
         "a peer's connection closed",
     ),
     (re.compile(r"Connection refused"), "a peer refused the connection"),

@@ -24,7 +24,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -242,6 +243,17 @@ def bare_processes(
                 "MASTER_PORT": str(port),
             },
         )
+
+
+def bare_jobs(
+    script: str, nproc: int, folder: Path, modes: Sequence[str], *, host: Host | None
+) -> dict[str, tuple[Run, Path]]:
+    """One job of ``nproc`` bare processes per mode (``script OUT MODE``, OUT being
+    ``folder/MODE``), all launched at the same time: most of each waits out a timeout."""
+    with ThreadPoolExecutor(len(modes)) as pool:
+        start = {mode: (script, nproc, str(folder / mode), mode) for mode in modes}
+        runs = {mode: pool.submit(bare_processes, *args, host=host) for mode, args in start.items()}
+    return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
 
 
 def torchrun_like(

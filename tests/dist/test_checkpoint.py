@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.dist.launch import REPO, Run, free_port, run_command, torchrun_like
+from tests.shown import assert_output_shown
 
 pytestmark = pytest.mark.dist
 
@@ -86,6 +87,8 @@ def test_a_crashed_job_restarted_by_torchrun_resumes_from_its_last_checkpoint(tm
     assert first.losses[2] == second.losses[2]
     assert final_parameter_error(run, 6) <= RTOL
     assert (tmp_path / "step-6" / ".metadata").is_file()
+    # what docs/checkpoint.rst shows of this run (ranks 0 and 1 print at the same moment)
+    assert_output_shown("checkpoint.rst", "attempt 0: HSDP 2x2", run.output, each_line=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,10 @@ import socket
 import pytest
 
 from tests.dist.launch import bare_processes, torchrun
+from tests.shown import assert_line_shown, assert_output_shown
 
 TIMEOUT = 10.0
+DOCS_BLOCK = "# rank 3 raised ValueError"  # docs/howto.rst shows these runs' errors
 
 # What each survivor's error says about rank 3, per fault.
 FATES = {
@@ -23,6 +25,16 @@ FATES = {
     "exit": r"exited with code 3|is gone: it exited or was killed",
     "sigkill": r"was killed by SIGKILL|is gone: it exited or was killed",
     "sigstop": r"is stopped \(SIGSTOP, SIGTSTP or a debugger\)",
+}
+# After a timeout, a survivor whose peer raised first and ended finds its connection closed.
+ALIKE = {"(a peer's connection closed)": f"(timed out after {TIMEOUT:g} s)"}
+# The words of the line docs/howto.rst shows, per fault.
+SHOWN = {
+    "raise": "raised ValueError",
+    "exit": "exited with code 3",
+    "sigkill": "was killed by SIGKILL",
+    "sigstop": "is stopped",
+    "stuck": "gang ranks [3] (global ranks [3]) on vm",
 }
 
 
@@ -44,6 +56,10 @@ def test_every_survivor_names_the_rank_that_broke(tmp_path, fault, quiet_host):
     assert sorted(found) == [0, 1, 2, 3], run.output
     for rank in (0, 1, 2):
         assert_names_rank_3(found, rank, fault)
+    if fault == "exit":
+        host = socket.gethostname() if quiet_host is None else quiet_host.name
+        errors = [found[rank]["error"] for rank in (0, 1, 2)]
+        assert_line_shown("howto.rst", DOCS_BLOCK, SHOWN[fault], errors, hosts=[host])
 
 
 def test_a_rank_that_stays_out_is_named_as_not_taking_part(tmp_path, quiet_host):
@@ -61,6 +77,8 @@ def test_a_rank_that_stays_out_is_named_as_not_taking_part(tmp_path, quiet_host)
         assert f"{expected[rank]} on {host} did not take part and have not said why" in error, error
         assert found[rank]["culprits"] == [3], error
         assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
+    errors = [found[rank]["error"] for rank in (0, 1, 2)]
+    assert_line_shown("howto.rst", DOCS_BLOCK, SHOWN["stuck"], errors, hosts=[host], alike=ALIKE)
 
 
 @pytest.mark.parametrize("fault", ["raise", "sigstop"])
@@ -95,6 +113,12 @@ def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_br
         assert_names_rank_3(found, rank, fault)
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[-1]
     assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
+    hosts = [socket.gethostname(), socket.getfqdn()]
+    errors = [found[rank]["error"] for rank in (0, 1, 2)]
+    assert_line_shown("howto.rst", DOCS_BLOCK, SHOWN[fault], errors, hosts=hosts,
+                      alike=ALIKE if fault == "sigstop" else None)  # fmt: skip
+    if fault == "sigkill":
+        assert_output_shown("howto.rst", "Root Cause", run.output, hosts=hosts)
 
 
 @pytest.mark.parametrize("fault", ["raise", "sigkill"])
@@ -110,3 +134,17 @@ def test_torchrun_names_the_rank_that_broke_as_the_root_cause(tmp_path, fault):
     found = run.results(tmp_path)
     for rank in {0, 1, 2} - set(found):
         assert f"global rank {rank} stopped (SIGTERM) after global rank 3 on host " in run.output
+
+
+def test_rank_0_keeps_the_store_it_serves_until_the_slower_survivors_have_read_the_reports(
+    tmp_path, quiet_host
+):
+    # rank 0 fails first and ends; ranks 2 and 3 reach their collective after rank 0's end,
+    # or 3 s late: without the store, they could only name rank 0 (workers/keeper.py)
+    run = bare_processes("keeper.py", 4, str(tmp_path), timeout=120, host=quiet_host)
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    for rank in (0, 2, 3):
+        error = found[rank]["error"]
+        assert found[rank]["culprits"] == [1], error
+        assert re.search(rf"global rank 1 on host \S+ \(pid {found[1]['pid']}\) was killed", error)

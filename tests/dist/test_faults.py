@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
-from tests.dist.launch import bare_processes, sessions_alive
+from tests.dist.launch import bare_jobs, sessions_alive
 from tests.dist.test_check import processes_mentioning
 
 pytestmark = pytest.mark.dist
@@ -20,21 +18,7 @@ MODES = ("absent", "sigkill", "monitored", "monitored_mesh")
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, quiet_host):
     """Every mode's job, launched at the same time: most of each is waiting out a timeout."""
-    folder = tmp_path_factory.mktemp("faults")
-    with ThreadPoolExecutor(len(MODES)) as pool:
-        runs = {
-            mode: pool.submit(
-                bare_processes,
-                "faults.py",
-                4,
-                str(folder / mode),
-                mode,
-                timeout=120,
-                host=quiet_host,
-            )
-            for mode in MODES
-        }
-    return {mode: (run.result(), folder / mode) for mode, run in runs.items()}
+    return bare_jobs("faults.py", 4, tmp_path_factory.mktemp("faults"), MODES, host=quiet_host)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import torch
 import gangmesh as gm
 from gangmesh.assembly.record import layout_record
 from gangmesh.testing.hosts import cut_host, restore_host, this_host
+from tests.shown import assert_line_shown
 from tests.unit.test_docs_examples_testing import EXAMPLES
 
 pytestmark = pytest.mark.dist
@@ -169,6 +170,7 @@ def test_a_host_cut_mid_loop_ends_every_collective_within_the_timeout():
                 failed.value
             ), "host0 names host1's ranks"
             assert "host host1 is unreachable or down" in str(failed.value)
+            assert_line_shown("howto.rst", "# rank 3 raised", "unreachable", [str(failed.value)])
     finally:
         if cutter:
             restore_host()

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from tests.dist.launch import REPO, processes, torchrun_like
+from tests.shown import assert_output_shown
 
 pytestmark = pytest.mark.dist
 
@@ -50,3 +51,5 @@ def test_two_models_recipe_matches_one_process():
     losses = re.findall(r"step \d: trainer loss [\d.]+ \(single process [\d.]+\)", run.output)
     assert len(losses) == 3, run.output
     assert "matches the single-process run within 1e-05" in run.output
+    assert_output_shown("parts.rst", "$ torchrun --nproc-per-node 8 docs/examples/two_models.py",
+                        run.output)  # fmt: skip

@@ -10,6 +10,7 @@ import pytest
 
 import gangmesh as gm
 from tests.dist.launch import REPO, free_port, processes, run_command
+from tests.shown import assert_output_shown
 
 pytestmark = pytest.mark.dist
 
@@ -68,6 +69,8 @@ def test_the_recipe_loses_a_replica_group_goes_on_and_heals_it(tmp_path):
     assert line, run.output
     assert int(line["back"]) > 4, "group 1 came back after the steps group 0 took alone"
     assert float(line["worst"]) <= 1e-5
+    assert_output_shown("fault_tolerance.rst", "$ python docs/examples/fault_tolerant_hsdp.py",
+                        run.output, varying=[r"at step \d+"])  # fmt: skip
 
 
 def test_an_unreachable_lighthouse_is_named_within_the_timeout(tmp_path):
@@ -115,9 +118,9 @@ def test_replica_groups_laid_out_differently_are_refused_naming_both_layouts(
 
 
 def test_gangmesh_check_runs_replica_groups_and_checks_the_reduction_across_them():
-    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2", "--tp", "2",
-                       "--replica-groups", "2", "--sizes", "8", "--iters", "2"],
-                      timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
+    # the command docs/fault_tolerance.rst shows
+    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2",
+                       "--replica-groups", "2"], timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
     assert run.returncode == 0, run.output
     for group in (0, 1):
         assert re.search(
@@ -126,11 +129,13 @@ def test_gangmesh_check_runs_replica_groups_and_checks_the_reduction_across_them
             run.output,
             re.MULTILINE,
         ), run.output
-    assert run.output.count("layout: pp=1, dp_replicate=1, dp_shard=1, cp=1, tp=2\n") == 2
+    assert run.output.count("layout: pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=1\n") == 2
     assert run.output.rstrip().endswith(
         "PASSED: 2 replica groups of 2 processes: each matches its plan, and the reduction "
         "across them is right"
     ), run.output
+    assert_output_shown("fault_tolerance.rst", "$ gangmesh check --nproc 2 --replica-groups 2",
+                        run.output, varying=[r"rank \d\)"])  # fmt: skip
 
 
 @pytest.mark.parametrize(

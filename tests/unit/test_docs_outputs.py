@@ -1,40 +1,58 @@
-"""The outputs the docs show for ``gangmesh plan`` are what it prints: every console or text
-block of docs/*.rst and README.md that starts with ``$ gangmesh plan`` is run, and its
-output (its last K lines for a command ending ``| tail -n K``) compared with the block's,
-whitespace aside (the docs wrap long lines)."""
+"""The outputs the docs show are what the library prints. Every console or text block of
+docs/*.rst and README.md that starts with ``$ gangmesh plan`` is run here, and its output
+(its last K lines for a command ending ``| tail -n K``) compared with the block's,
+whitespace aside (the docs wrap long lines). Every other block that shows an output is
+compared, by the test that runs the same job, with what that job printed (tests/shown.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import re
 import shlex
-from pathlib import Path
 
 import pytest
 
 from gangmesh.tools.cli import main
+from tests.shown import (
+    PAGES,
+    ROOT,
+    assert_line_shown,
+    assert_output_shown,
+    command_and_output,
+    output_blocks,
+    shown_block,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [*sorted((ROOT / "docs").glob("*.rst")), ROOT / "README.md"]
+RERUN_ELSEWHERE = {
+    ("checkpoint.rst", "attempt 0: HSDP 2x2"): "dist/test_checkpoint.py",
+    (
+        "fault_tolerance.rst",
+        "$ gangmesh check --nproc 2 --replica-groups 2",
+    ): "dist/test_replicas.py",
+    (
+        "fault_tolerance.rst",
+        "$ python docs/examples/fault_tolerant_hsdp.py",
+    ): "dist/test_replicas.py",
+    ("howto.rst", "# rank 3 raised ValueError"): "dist/test_culprit.py",
+    ("howto.rst", "Root Cause"): "dist/test_culprit.py",
+    ("howto.rst", "# killed while the default group connects"): "dist/test_setup_deaths.py",
+    ("howto.rst", "# rank 3 broadcasts on its tp gang"): "dist/test_desync.py",
+    (
+        "parts.rst",
+        "$ torchrun --nproc-per-node 8 docs/examples/two_models.py",
+    ): "dist/test_recipes.py",
+    ("testing.rst", "AssertionError: read twice"): "unit/test_docs_examples_testing.py",
+}
+"""Blocks whose job runs in another test: (page, how the block starts) -> that test's file."""
 
 
 def shown_runs(text: str) -> list[tuple[str, str]]:
     """(command, output) of each block whose first line is ``$ gangmesh plan ...``."""
     runs = []
-    for block in re.findall(r"(?ms)^\.\. code-block:: (?:console|text)\n\n(.*?)(?=^\S|\Z)", text):
-        lines = [line[3:] if line.startswith("   ") else line for line in block.splitlines()]
-        if not lines or not lines[0].startswith("$ gangmesh plan"):
-            continue
-        command = lines[0][2:]
-        rest = lines[1:]
-        while command.endswith("\\"):
-            command = command[:-1] + " " + rest.pop(0).strip()
-        runs.append((command, "\n".join(rest)))
-    for block in re.findall(r"(?ms)^```(?:console|text)\n(.*?)^```", text):
-        first, _, output = block.partition("\n")
-        if first.startswith("$ gangmesh plan"):
-            runs.append((first[2:], output))
+    for lines in output_blocks(text):
+        if lines and lines[0].startswith("$ gangmesh plan"):
+            command, output = command_and_output(lines)
+            runs.append((command, "\n".join(output)))
     return runs
 
 
@@ -70,3 +88,48 @@ def test_an_edited_output_is_caught():
     _, command, shown = next(run for run in RUNS if run[2].strip())
     edited = shown.replace("--tp", "--tpx", 1) if "--tp" in shown else shown + " more"
     assert words(printed(command)) != words(edited)
+
+
+def test_every_shown_output_is_compared_with_a_run():
+    claimed = set()
+    for page in PAGES:
+        for lines in output_blocks(page.read_text("utf-8")):
+            if lines[0].startswith("$ ") and not command_and_output(lines)[1]:
+                continue  # a command alone: nothing shown to compare
+            if lines[0].startswith("$ gangmesh plan"):
+                continue  # run above
+            keys = [
+                key
+                for key in RERUN_ELSEWHERE
+                if key[0] == page.name and lines[0].startswith(key[1])
+            ]
+            assert len(keys) == 1, f"{page.name}: no test compares the block {lines[0]!r}"
+            test_file = (ROOT / "tests" / RERUN_ELSEWHERE[keys[0]]).read_text("utf-8")
+            assert keys[0][0] in test_file and keys[0][1] in test_file, keys[0]
+            claimed.add(keys[0])
+    assert claimed == set(RERUN_ELSEWHERE), set(RERUN_ELSEWHERE) - claimed
+
+
+def test_a_run_that_prints_otherwise_than_the_docs_is_caught():
+    block = "# rank 3 raised ValueError"
+    lines = shown_block("howto.rst", block)
+    (shown,) = [line for line in lines if "raised ValueError" in line and line[0] != "#"]
+    # what varies between runs (the pid, this machine's name) is no difference
+    rerun = shown.replace("(pid 20315)", "(pid 4242)").replace("host vm", "host ci-runner")
+    assert_line_shown("howto.rst", block, "raised ValueError", [rerun], hosts=["ci-runner"])
+    for edit in (("step 5", "step 6"), ("global rank 3", "global rank 1"), ("tp", "dp")):
+        with pytest.raises(AssertionError):
+            assert_line_shown("howto.rst", block, "raised ValueError", [rerun.replace(*edit, 1)])
+    lines = shown_block("checkpoint.rst", "attempt 0: HSDP 2x2")
+    printed = "\n".join(line for line in lines if not line.startswith("..."))
+    assert_output_shown(
+        "checkpoint.rst", "attempt 0: HSDP 2x2", printed.replace("4.348139", "4.3481")
+    )
+    with pytest.raises(AssertionError):
+        assert_output_shown(
+            "checkpoint.rst", "attempt 0: HSDP 2x2", printed.replace("saved", "wrote")
+        )
+    with pytest.raises(AssertionError):
+        assert_output_shown(
+            "checkpoint.rst", "attempt 0", printed.replace("step 4:", "step 5:"), each_line=True
+        )

@@ -15,6 +15,8 @@ TEXTS = {
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
     "[127.0.0.1]:55220: Connection reset by peer. This is typically caused by a remote worker "
     "hanging or bugs in the application.": "a peer's connection closed",
+    "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or "
+    "crash?": "a peer's connection closed",
     "Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.h:311] "
     "Connect timeout [none]": "timed out after 4 s",
     "[/x/gloo/pair.cc:12] Something else went wrong. This is typically caused by a remote worker "
