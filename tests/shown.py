@@ -30,6 +30,7 @@ FOLDS = (
 
 
 def page_text(name: str) -> str:
+    """The text of the page called ``name`` (docs/NAME, or README.md)."""
     return next(page for page in PAGES if page.name == name).read_text("utf-8")
 
 
@@ -76,6 +77,7 @@ def folded(text: str, hosts: Iterable[str] = (), varying: Iterable[str] = ()) ->
 
 
 def is_gap(line: str) -> bool:
+    """Whether ``line`` stands for lines left out."""
     stripped = line.strip()
     return stripped == "..." or (stripped.startswith("... ") and stripped.endswith(" ..."))
 

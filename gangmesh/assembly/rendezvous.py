@@ -16,7 +16,6 @@ needs no new port.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import ipaddress
 import json
@@ -269,13 +268,13 @@ def meet(
     """Every process of the job (of a gang: ``rank`` and ``world_size`` are its) calls it
     with what it asks for: None if they all asked the same, else rank -> request. With
     ``wait=False`` this process only leaves its request (a process about to fail still shows
-    the others what it asked for), and with ``arrived=True`` it only waits for the others,
-    having left the same request before; ``left`` is what remains of ``timeout`` when part of it
-    was spent before (default: all of it); ``members`` are the global ranks of a gang's
-    processes, by gang rank, which messages name (default: the job's, ``rank`` itself).
+    the others what it asked for), and with ``arrived=True`` it only waits, having left the
+    same request before; ``left`` is what remains of ``timeout`` (default: all of it);
+    ``members`` are the global ranks of a gang's processes, by gang rank, which messages
+    name (default: the job's, ``rank`` itself).
 
     :raises GangError: some ranks did not arrive within ``timeout`` (they are named, with
-        their hosts where known), or the store is gone.
+        their hosts where known; by rank 0 for the ranks still waiting), or the store is gone.
     """
     prefix = f"meet/{topic}/"
     text = json.dumps(request)
@@ -287,8 +286,8 @@ def meet(
             store.set(f"{prefix}{rank}", text)
             store.set(f"host/{named[rank]}", socket.gethostname())
             store.add(f"{prefix}same/{digest}", 1)
-            if store.add(f"{prefix}arrived", 1) == world_size:
-                store.set(f"{prefix}all", "1")
+            if store.add(f"{prefix}arrived", 1) == world_size:  # unless rank 0 gave up first:
+                store.compare_set(f"{prefix}all", "", "1")
         if not wait:
             return None
         try:
@@ -298,11 +297,10 @@ def meet(
             if not missing:  # each left its request; one stopped or ended before it counted
                 missing = sorted(failure_reports.fates(named))
             error = _absentees(store, _label(topic), missing, timeout)
-            if rank == 0:
-                _tell_the_others(store, prefix, error)
-            raise error from ex
-        ended = store.get(f"{prefix}all")
-        if ended != b"1":
+            if rank != 0 or _tell_the_others(store, prefix, error):
+                blame.record(error, time.time())
+                raise error from ex
+        if (ended := store.get(f"{prefix}all")) != b"1":
             raise _told(ended)
         if store.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
@@ -314,20 +312,23 @@ def meet(
     return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
 
 
-def _tell_the_others(store: Store, prefix: str, error: GangError) -> None:
-    """Rank 0 of a meeting that did not end: the others still waiting get its finding at
-    once, instead of each waiting out its own timeout (where rank 0 serves the store, they
-    would find it gone by then, and rank 0 taken for the culprit)."""
+def _tell_the_others(store: Store, prefix: str, error: GangError) -> bool:
+    """Rank 0 of a meeting that did not end: the others get its finding at once, not at their
+    own timeouts (by then a store that rank 0 serves is gone, and rank 0 taken for the
+    culprit). False where the last rank came just now: the meeting ended after all."""
     finding = json.dumps({"error": str(error), "culprits": list(error.culprits)})
-    with contextlib.suppress(RuntimeError, ConnectionError):
-        store.set(f"{prefix}all", finding)
+    try:
+        return bytes(store.compare_set(f"{prefix}all", "", finding)) != b"1"
+    except (RuntimeError, ConnectionError):  # the others find out for themselves
+        return True
 
 
 def _told(finding: bytes) -> GangError:
-    """The error rank 0 of a meeting found, as :func:`_tell_the_others` left it."""
+    """Rank 0's finding (:func:`_tell_the_others`); culprits here get their error files."""
     said = json.loads(finding)
     error = GangError(said["error"])
     error.culprits = tuple(said["culprits"])
+    failure_reports.fates(list(error.culprits))
     blame.record(error, time.time())
     return error
 
@@ -357,7 +358,6 @@ def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta)
         said.append(f"every rank came, yet the meeting did not end within {seconds:g} s")
     error = GangError(f"{topic}: {'; '.join(said)}")
     error.culprits = tuple(sorted(known)) or tuple(missing)
-    blame.record(error, time.time())
     return error
 
 

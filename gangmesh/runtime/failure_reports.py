@@ -342,8 +342,9 @@ def store_keeper() -> Culprit | None:
 
 
 def keep_store_for_survivors() -> None:
-    """At exit after a failure, where the store ends with this process: let the others
-    read the reports first (bounded by the job's timeout and the reading's bound)."""
+    """At exit, or as the root gang closes, after a failure, where the store ends with this
+    process: let the others read the reports first (bounded by the job's timeout and the
+    reading's bound)."""
     current = _channel
     if current is None or not current.serves_store or not current.took_part:
         return

@@ -286,7 +286,9 @@ class ProcessGroupGang(GroupGang):
 
         A group shared with other gangs lives until the last of them closes;
         a group gangmesh was handed is never destroyed. The root gang that
-        started torch.distributed shuts it down. Communicates with no peer.
+        started torch.distributed shuts it down (after a failure, where this
+        process serves the job's store, once the others have read the failure
+        reports, or the timeout and a few seconds passed). Communicates with no peer.
         """
         pg, lease, monitor = self._pg, self._lease, self._monitor_lease
         self._release()
@@ -295,6 +297,7 @@ class ProcessGroupGang(GroupGang):
         if lease is not None:
             lease.release()
         elif pg is not None and self._owns_default_group and dist.is_initialized():
+            failure_reports.keep_store_for_survivors()
             failure_reports.close_channel()
             try:
                 dist.destroy_process_group()

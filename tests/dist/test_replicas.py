@@ -118,9 +118,9 @@ def test_replica_groups_laid_out_differently_are_refused_naming_both_layouts(
 
 
 def test_gangmesh_check_runs_replica_groups_and_checks_the_reduction_across_them():
-    # the command docs/fault_tolerance.rst shows
-    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2",
-                       "--replica-groups", "2"], timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
+    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2", "--tp", "2",
+                       "--replica-groups", "2", "--sizes", "8", "--iters", "2"],
+                      timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
     assert run.returncode == 0, run.output
     for group in (0, 1):
         assert re.search(
@@ -129,11 +129,17 @@ def test_gangmesh_check_runs_replica_groups_and_checks_the_reduction_across_them
             run.output,
             re.MULTILINE,
         ), run.output
-    assert run.output.count("layout: pp=1, dp_replicate=1, dp_shard=2, cp=1, tp=1\n") == 2
+    assert run.output.count("layout: pp=1, dp_replicate=1, dp_shard=1, cp=1, tp=2\n") == 2
     assert run.output.rstrip().endswith(
         "PASSED: 2 replica groups of 2 processes: each matches its plan, and the reduction "
         "across them is right"
     ), run.output
+
+
+def test_gangmesh_check_of_replica_groups_prints_what_the_docs_show():
+    run = run_command([sys.executable, "-m", "gangmesh", "check", "--nproc", "2",
+                       "--replica-groups", "2"], timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
+    assert run.returncode == 0, run.output
     assert_output_shown("fault_tolerance.rst", "$ gangmesh check --nproc 2 --replica-groups 2",
                         run.output, varying=[r"rank \d\)"])  # fmt: skip
 

@@ -1,7 +1,8 @@
 """A rank that dies or stops during setup is named by every survivor within the timeout
 and 5 s: killed as the default group connects, stopped before create_gangs' meeting,
-ended before it reached the job's store, and rank 0, which serves that store, ended
-(4 gloo processes, timeout 4 s; workers/setup_deaths.py). The errors docs/howto.rst shows
+ended before it reached the job's store (the ranks with a longer timeout hear it from rank
+0), and rank 0, which serves that store, ended (4 gloo processes, timeout 4 s;
+workers/setup_deaths.py). The errors docs/howto.rst shows
 are these runs' own."""
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def test_a_rank_stopped_before_create_gangs_is_named_as_stopped(found, host):
 
 
 def test_a_rank_that_never_reached_the_store_is_named_by_its_rank(found, host):
+    # ranks 1 and 3 wait 60 s: they end with rank 0's finding, in rank 0's time
     errors = errors_of(found["never"], 2)
     for error in errors:
         assert error.startswith("setup_root_gang: rank 2 did not arrive within 4 s"), error

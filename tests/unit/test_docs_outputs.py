@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
 
 import pytest
@@ -90,10 +91,20 @@ def test_an_edited_output_is_caught():
     assert words(printed(command)) != words(edited)
 
 
+def compares(test_file: str, page: str, first: str) -> bool:
+    """Whether ``test_file`` calls a comparison of the block of ``page`` that starts with
+    ``first`` (given as it, or as the file's DOCS_BLOCK)."""
+    call = rf'assert_(?:output|line)_shown\(\s*"{re.escape(page)}",\s*'
+    named = f'DOCS_BLOCK = "{first}' in test_file and re.search(call + "DOCS_BLOCK", test_file)
+    return bool(named or re.search(call + re.escape(f'"{first}'), test_file))
+
+
 def test_every_shown_output_is_compared_with_a_run():
     claimed = set()
     for page in PAGES:
         for lines in output_blocks(page.read_text("utf-8")):
+            if not lines:
+                continue
             if lines[0].startswith("$ ") and not command_and_output(lines)[1]:
                 continue  # a command alone: nothing shown to compare
             if lines[0].startswith("$ gangmesh plan"):
@@ -105,7 +116,7 @@ def test_every_shown_output_is_compared_with_a_run():
             ]
             assert len(keys) == 1, f"{page.name}: no test compares the block {lines[0]!r}"
             test_file = (ROOT / "tests" / RERUN_ELSEWHERE[keys[0]]).read_text("utf-8")
-            assert keys[0][0] in test_file and keys[0][1] in test_file, keys[0]
+            assert compares(test_file, *keys[0]), f"{RERUN_ELSEWHERE[keys[0]]}: {keys[0]}"
             claimed.add(keys[0])
     assert claimed == set(RERUN_ELSEWHERE), set(RERUN_ELSEWHERE) - claimed
 

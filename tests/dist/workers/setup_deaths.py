@@ -3,8 +3,9 @@ writes the GangError it got.
 
     setup_deaths.py OUT connecting   rank 2 is SIGKILLed as its default group starts
     setup_deaths.py OUT stopped      rank 2 stops (SIGSTOP) between setup_root_gang and
-                                     create_gangs, until the last survivor to fail wakes it
-    setup_deaths.py OUT never        rank 2 ends before it reaches the job's store
+                                     create_gangs, until the last survivor to fail kills it
+    setup_deaths.py OUT never        rank 2 ends before it reaches the job's store; ranks
+                                     1 and 3 would wait 60 s: they hear rank 0's finding
     setup_deaths.py OUT rank0        rank 0, which serves the job's store, ends as the
                                      others set up
 
@@ -42,8 +43,8 @@ def killed_as_it_connects() -> None:
     dist.init_process_group = start
 
 
-def wake_the_stopped_rank(out: Path, victim: int) -> None:
-    """The last survivor to write its error (each looks after writing) lets the victim go."""
+def kill_the_stopped_rank(out: Path, victim: int) -> None:
+    """The last survivor to write its error (each looks after writing) kills the victim."""
     found = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
     if sum("error" in got for got in found) == 3:
         pid = next(got["pid"] for got in found if got.get("rank") == victim)
@@ -67,7 +68,8 @@ def main() -> None:
             killed_as_it_connects()
     started = time.time()
     try:
-        root = gm.setup_root_gang(timeout=SHORT)
+        late = mode == "never" and rank != 0  # rank 0 tells them what it found
+        root = gm.setup_root_gang(timeout=LONG if late else SHORT)
         if rank == victim:  # stopped
             os.kill(os.getpid(), signal.SIGSTOP)
         gm.create_gangs(root, tp=2)
@@ -75,7 +77,7 @@ def main() -> None:
         write_results(rank, {"rank": rank, "pid": os.getpid(), "error": str(ex),
                              "culprits": list(ex.culprits), "seconds": time.time() - started})  # fmt: skip
         if mode == "stopped":
-            wake_the_stopped_rank(out, victim)
+            kill_the_stopped_rank(out, victim)
 
 
 if __name__ == "__main__":
