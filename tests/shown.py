@@ -115,13 +115,32 @@ def assert_output_shown(
                 f"{page} shows\n{wanted}\nwhich the run did not print:\n{output}"
             )
         return
-    said = f" {folded(output, hosts, varying)} "
+    said = [
+        words for line in output.splitlines() if (words := folded(line, hosts, varying).split())
+    ]
     at = 0
     for run in filter(None, runs):
-        wanted = f" {folded(chr(10).join(run), hosts, varying)} "
-        found = said.find(wanted, at)
-        assert found >= 0, f"{page} shows\n{wanted.strip()}\nwhich the run did not print:\n{output}"
-        at = found + len(wanted) - 1
+        wanted = folded("\n".join(run), hosts, varying).split()
+        at = _printed_at(said, at, wanted)
+        assert at >= 0, f"{page} shows\n{' '.join(wanted)}\nwhich the run did not print:\n{output}"
+
+
+def _printed_at(said: list[list[str]], at: int, wanted: list[str]) -> int:
+    """Where ``wanted`` (words) ends in ``said`` (the words of each printed line), from line
+    ``at`` on: printed by whole lines, in order, which lines other processes printed at the
+    same time may come between; -1 where it was not printed."""
+    for start in range(at, len(said)):
+        line, taken = start, 0
+        while taken < len(wanted) and line < len(said):
+            words = said[line]
+            if wanted[taken : taken + len(words)] == words:
+                taken += len(words)
+            elif taken == 0:
+                break
+            line += 1
+        if taken == len(wanted):
+            return line
+    return -1
 
 
 def assert_line_shown(

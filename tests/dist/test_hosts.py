@@ -170,7 +170,10 @@ def test_a_host_cut_mid_loop_ends_every_collective_within_the_timeout():
                 failed.value
             ), "host0 names host1's ranks"
             assert "host host1 is unreachable or down" in str(failed.value)
-            assert_line_shown("howto.rst", "# rank 3 raised", "unreachable", [str(failed.value)])
+            # a peer on host0 that raised first and ended closes the connection before the timeout
+            alike = {"(a peer's connection closed)": f"(timed out after {TIMEOUT_S:g} s)"}
+            assert_line_shown("howto.rst", "# rank 3 raised", "unreachable", [str(failed.value)],
+                              alike=alike)  # fmt: skip
     finally:
         if cutter:
             restore_host()

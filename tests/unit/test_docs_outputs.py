@@ -144,3 +144,9 @@ def test_a_run_that_prints_otherwise_than_the_docs_is_caught():
         assert_output_shown(
             "checkpoint.rst", "attempt 0", printed.replace("step 4:", "step 5:"), each_line=True
         )
+    # other processes' lines between the shown ones are no difference; a line left out is
+    noisy = printed.replace("\n", "\n[Gloo] Rank 1 is connected to 3 peer ranks.\n")
+    assert_output_shown("checkpoint.rst", "attempt 0: HSDP 2x2", noisy)
+    without = "\n".join(line for line in printed.splitlines() if not line.startswith("saved"))
+    with pytest.raises(AssertionError):
+        assert_output_shown("checkpoint.rst", "attempt 0: HSDP 2x2", without)
