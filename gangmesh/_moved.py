@@ -18,15 +18,15 @@ _LAYERS = {
     "plan": ("_checks", "cluster", "dim_keywords", "dims", "expert", "layout", "locality",
              "placement", "topology", "view"),
     "runtime": ("_backend", "_c10d", "_exit", "_validate", "communicators", "default_group",
-                "environment", "failure_reports", "fake_gang", "gang", "group_gang",
-                "last_words", "ops", "peer_state", "process_group_gang", "rank_order",
-                "unbuilt_gang"),
+                "environment", "fake_gang", "gang", "group_gang", "ops",
+                "process_group_gang", "rank_order", "unbuilt_gang"),
+    "runtime.faults": ("failure_reports", "last_words", "peer_state"),
     "assembly": ("aliases", "current", "factories", "gangs", "mesh_build", "mesh_read",
                  "mesh_views", "mesh_wrap", "record", "rendezvous", "setup"),
     "tools": ("check", "check_command", "check_report", "launch", "plan_command", "render",
               "svg", "svg_overview", "svg_shapes"),
 }  # fmt: skip
-"""The modules that were gangmesh.<name> before the layers, by the sub-package they moved
+"""The modules that were gangmesh.<name> before the layers, by the (sub-)package they moved
 to; modules made since have no old path."""
 
 MOVED = {module: layer for layer, modules in _LAYERS.items() for module in modules}

@@ -22,6 +22,7 @@ from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import ALIASES, FLATTENED, GANG_DIMS, GANG_NAMES, ROOT, Dim
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.plan.view import short_group
+from gangmesh.runtime import faults
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime.communicators import CommunicatorInfo, Lease, created_by_gangmesh
 from gangmesh.runtime.gang import Gang, GangError
@@ -304,9 +305,18 @@ class Gangs(Mapping[str, Gang]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        """Leave the block; torch's own error of a collective that failed inside it because
+        a peer broke (FSDP2's, DTensor's, a pipeline's) leaves it as a GangError that names
+        the culprit and the collective, torch's error in ``__cause__``.
+
+        :raises GangError: a collective inside the block failed after a peer broke.
+        """
         entered = entered_gangs()
         if entered and entered[-1] is self:
             entered.pop()
+        named = None if exc is None else faults.consequence(exc)
+        if named is not None and named.culprits:
+            raise named from exc
 
     def close(self) -> None:
         """Close the gangs and groups these Gangs created; later calls do nothing.

@@ -16,9 +16,9 @@ from gangmesh.assembly.mesh_views import build_meshes
 from gangmesh.plan.dims import FACTS, Dim
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import _c10d
-from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.communicators import CommunicatorKey, Lease, Parent, holds, lend, split
 from gangmesh.runtime.fake_gang import FakeGang
+from gangmesh.runtime.faults import gang_error
 from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 from gangmesh.runtime.unbuilt_gang import UnbuiltGang

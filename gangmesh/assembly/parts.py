@@ -25,9 +25,9 @@ from gangmesh.plan.layout import Layout
 from gangmesh.plan.multipart import MultiPartPlan
 from gangmesh.plan.parts import PartsPlan, span_text
 from gangmesh.plan.placement import given_sites, placement_request, this_site
-from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.communicators import CommunicatorKey, Parent, split
 from gangmesh.runtime.fake_gang import FakeGang
+from gangmesh.runtime.faults import gang_error
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang
 from gangmesh.runtime.ops import all_gather_objects
 from gangmesh.runtime.process_group_gang import ProcessGroupGang

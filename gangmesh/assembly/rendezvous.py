@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d, blame, error_files, failure_reports, torch_errors
+from gangmesh.runtime import _c10d, faults
 from gangmesh.runtime.environment import LaunchEnvironment
 from gangmesh.runtime.gang import GangError
 
@@ -70,13 +70,13 @@ def job_store(
     except (RuntimeError, ConnectionError) as ex:
         error = GangError(
             f"rank {env.rank}: no setup number from rank 0 within the timeout through {where}"
-            f" ({torch_errors.summary(ex, timeout.total_seconds())}); rank 0 is gone or did"
+            f" ({faults.summary(ex, timeout.total_seconds())}); rank 0 is gone or did"
             " not start setup_root_gang"
         )
         error.culprits = (0,)
         failed_at = time.time()
-        error_files.write_for_unseen(0, "global rank 0 announced no setup number", failed_at)
-        blame.record(error, failed_at)
+        faults.write_for_unseen(0, "global rank 0 announced no setup number", failed_at)
+        faults.record_named(error, failed_at)
         raise error from ex
     log.debug("Rank %d meets as setup %d of the job", env.rank, setup)
     store: Store = dist.PrefixStore(f"gangmesh/setup{setup}/", base)  # type: ignore[attr-defined]
@@ -131,13 +131,13 @@ def unannounced(env: LaunchEnvironment, timeout: timedelta, error: GangError) ->
     quiet = time.time() - float(said)
     if waiting <= 0 or quiet < timeout.total_seconds() / 2:
         return error
-    keeper = failure_reports.fates([0]).get(0)
+    keeper = faults.fates([0]).get(0)
     named = GangError(
         f"{error}: {waiting} of them got no setup number from rank 0, which stopped announcing "
         f"it {quiet:.0f} s ago: " + (str(keeper) if keeper else "rank 0 is stopped or gone")
     )
     named.culprits = (0,)
-    blame.record(named, time.time())
+    faults.record_named(named, time.time())
     return named
 
 
@@ -180,7 +180,7 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
         )
     except (RuntimeError, ValueError, OSError) as ex:
         if serves:
-            why = torch_errors.summary(ex, timeout.total_seconds())
+            why = faults.summary(ex, timeout.total_seconds())
             raise GangError(f"rank 0 could not serve the job's store at {where}: {why}") from ex
         raise _unreachable(env, "did not answer within the timeout") from ex
 
@@ -248,7 +248,7 @@ def _unreachable(env: LaunchEnvironment, what: str) -> GangError:
     )
     if not env.agent_store:
         error.culprits = (0,)
-        blame.record(error, time.time())
+        faults.record_named(error, time.time())
     return error
 
 
@@ -295,10 +295,10 @@ def meet(
         except RuntimeError as ex:
             missing = [m for r, m in enumerate(named) if not store.check([f"{prefix}{r}"])]
             if not missing:  # each left its request; one stopped or ended before it counted
-                missing = sorted(failure_reports.fates(named))
+                missing = sorted(faults.fates(named))
             error = _absentees(store, _label(topic), missing, timeout)
             if rank != 0 or _tell_the_others(store, prefix, error):
-                blame.record(error, time.time())
+                faults.record_named(error, time.time())
                 raise error from ex
         if (ended := store.get(f"{prefix}all")) != b"1":
             raise _told(ended)
@@ -328,8 +328,8 @@ def _told(finding: bytes) -> GangError:
     said = json.loads(finding)
     error = GangError(said["error"])
     error.culprits = tuple(said["culprits"])
-    failure_reports.fates(list(error.culprits))
-    blame.record(error, time.time())
+    faults.fates(list(error.culprits))
+    faults.record_named(error, time.time())
     return error
 
 
@@ -342,7 +342,7 @@ def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta)
     """The error of a meeting that ``missing`` (global ranks) did not come to, saying how
     they broke where the job's failure reports tell, else their hosts where known. Its
     culprits are those that broke, where some did (the others may be waiting for them)."""
-    known = failure_reports.fates(missing)
+    known = faults.fates(missing)
     unknown = [r for r in missing if r not in known]
     named = []
     for r in unknown[:16]:
@@ -369,11 +369,11 @@ def _store_gone(store: Store, what: str) -> GangError:
     if env is None or env.agent_store:
         return GangError(f"{what}: the job's store does not answer; its server is gone")
     where = f"{env.master_addr}:{env.master_port}"
-    keeper = failure_reports.store_keeper()
+    keeper = faults.store_keeper()
     fate = f": {keeper}" if keeper is not None else " (it is gone)"
     error = GangError(f"{what}: the job's store at {where} does not answer; rank 0 serves it{fate}")
     error.culprits = (0,)
-    blame.record(error, time.time())
+    faults.record_named(error, time.time())
     return error
 
 

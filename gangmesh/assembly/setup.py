@@ -14,12 +14,12 @@ import torch.distributed as dist
 from gangmesh.assembly.agreement import disagreement
 from gangmesh.assembly.rendezvous import job_store, meet, started_with, unannounced
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_timeout
-from gangmesh.runtime import stop_notice
+from gangmesh.runtime import faults
 from gangmesh.runtime._validate import check_cuda_device
 from gangmesh.runtime.default_group import backend_for, default_device
 from gangmesh.runtime.environment import LaunchEnvironment, read_launch_environment
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, Gang, GangError
-from gangmesh.runtime.process_group_gang import ProcessGroupGang, open_failure_reports
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -78,7 +78,7 @@ def setup_root_gang(
         rank, world_size = 0, 1
     else:
         log.info("Starting rank %d of %d (%s)", env.rank, env.world_size, env.launcher)
-        stop_notice.install()  # stopped by the launcher from here on, it says so
+        faults.install_stop_notice()  # stopped by the launcher from here on, it says so
         deadline = time.monotonic() + timeout.total_seconds()
         rank, world_size = env.rank, env.world_size
         request = {"backend": backend, "timeout_s": timeout.total_seconds()}
@@ -86,7 +86,7 @@ def setup_root_gang(
                           request=request, timeout=timeout)  # fmt: skip
 
         def arrive(store: Store) -> None:
-            open_failure_reports(None, timeout)  # a rank that breaks from here on is named
+            faults.open_reports(None, timeout)  # a rank that breaks from here on is named
             meeting(store, wait=False)
 
         store = job_store(env, timeout, arrive)

@@ -201,6 +201,19 @@ def group_timeout(group: ProcessGroup, device: torch.device) -> timedelta | None
     return timeout if isinstance(timeout, timedelta) else None
 
 
+def sequence_number(group: ProcessGroup | None) -> int:
+    """How many collectives this process entered on ``group`` (the default group where
+    None), as torch counts them for every collective on it: gangmesh's, FSDP2's, DTensor's,
+    a pipeline's; 0 where torch does not tell. Public alternative: none; torch's flight
+    recorder (NCCL, and gloo where recording is on) keeps the same number per call.
+    """
+    group = group if group is not None else dist.group.WORLD
+    try:
+        return int(group._get_sequence_number_for_group())  # type: ignore[union-attr]
+    except (AttributeError, RuntimeError):
+        return 0
+
+
 def ensure_fake_backend() -> None:
     """Register torch's "fake" backend: groups whose collectives return at once.
 

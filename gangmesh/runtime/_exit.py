@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch.distributed as dist
 
-from gangmesh.runtime import failure_reports, last_words, stop_notice
+from gangmesh.runtime import faults
 from gangmesh.runtime.communicators import forget_all
 
 log = logging.getLogger("gangmesh")
@@ -57,7 +57,7 @@ def install_exit_teardown() -> None:
 
 def _at_interpreter_exit() -> None:
     """A failure's last words first, while the reports they need are open; then the teardown."""
-    last_words.at_exit()
+    faults.before_exit()
     shut_everything_down()
 
 
@@ -72,6 +72,5 @@ def shut_everything_down() -> None:
     for holder in list(_holders):
         holder._release()
     forget_all()
-    failure_reports.shut_down()
-    stop_notice.uninstall()
+    faults.shut_down()
     gc.collect()

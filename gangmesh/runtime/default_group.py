@@ -13,8 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d, failure_reports, torch_errors
-from gangmesh.runtime.blame import gang_error
+from gangmesh.runtime import _c10d, faults
 from gangmesh.runtime.gang import GangError
 
 if TYPE_CHECKING:
@@ -86,12 +85,12 @@ def start(
             _within(timeout.total_seconds(), init)
     except (RuntimeError, ValueError, TimeoutError) as ex:
         what = f"the default process group ({backend}) failed to start"
-        channel = failure_reports.channel()
+        channel = faults.channel()
         if channel is None:
-            why = torch_errors.summary(ex, timeout.total_seconds())
+            why = faults.summary(ex, timeout.total_seconds())
             raise GangError(f"{what}: {why}") from ex
         everyone = list(range(channel.world_size))
-        raise gang_error(what, everyone, channel.rank, timeout, ex) from ex
+        raise faults.gang_error(what, everyone, channel.rank, timeout, ex) from ex
     log.info("Root gang up: %s, rank %d of %d", backend, dist.get_rank(), dist.get_world_size())
     return running()
 

@@ -21,8 +21,7 @@ from typing_extensions import override
 from gangmesh.plan._checks import InvalidTypeError
 from gangmesh.runtime import _backend, _c10d
 from gangmesh.runtime._validate import Splits, normalized_device
-from gangmesh.runtime.blame import gang_error
-from gangmesh.runtime.culprits import Call
+from gangmesh.runtime.faults import Call, gang_error
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
 from gangmesh.runtime.rank_order import RankOrder
 
@@ -222,7 +221,7 @@ class GroupGang(PlacedGang):
         reason: tuple[str, tuple[int, ...]] | None = None,
     ) -> NoReturn:
         """Raise the GangError of failed collective ``op`` (on ``tensor``), naming the rank
-        that broke it (see :func:`~gangmesh.runtime.blame.gang_error`)."""
+        that broke it (see :func:`~gangmesh.runtime.faults.blame.gang_error`)."""
         call = Call(self._name, tuple(self._global_ranks), self._calls, op)
         if tensor is not None:
             call = replace(call, shape=tuple(tensor.shape), dtype=str(tensor.dtype))

@@ -13,16 +13,9 @@ from typing_extensions import override
 
 from gangmesh.plan._checks import check_positive
 from gangmesh.plan.dims import ROOT
-from gangmesh.runtime import (
-    _c10d,
-    default_group,
-    failure_reports,
-    last_words,
-    stop_notice,
-)
+from gangmesh.runtime import _c10d, default_group, faults
 from gangmesh.runtime._exit import release_at_exit
 from gangmesh.runtime._validate import normalized_device
-from gangmesh.runtime.blame import gang_error
 from gangmesh.runtime.communicators import (
     CommunicatorKey,
     Lease,
@@ -142,7 +135,7 @@ class ProcessGroupGang(GroupGang):
             high_priority=high_priority,
         )
         gang._owns_default_group = True
-        open_failure_reports(world, gang.timeout)
+        faults.open_reports(world, gang.timeout)
         return gang
 
     @classmethod
@@ -173,7 +166,7 @@ class ProcessGroupGang(GroupGang):
             monitored=monitored,
             high_priority=high_priority,
         )
-        open_failure_reports(world, gang.timeout)
+        faults.open_reports(world, gang.timeout)
         return gang
 
     @classmethod
@@ -297,8 +290,7 @@ class ProcessGroupGang(GroupGang):
         if lease is not None:
             lease.release()
         elif pg is not None and self._owns_default_group and dist.is_initialized():
-            failure_reports.keep_store_for_survivors()
-            failure_reports.close_channel()
+            faults.close_reports()
             try:
                 dist.destroy_process_group()
             except (RuntimeError, ValueError) as ex:
@@ -346,7 +338,7 @@ class ProcessGroupGang(GroupGang):
             lease = split(parent, [sorted(members)], mine, f"{self._name}[sub]", needed)
         except (RuntimeError, ValueError) as ex:
             what = f"create_gang({ranks}) failed on {self.describe()}"
-            raise gang_error(what, self._global_ranks, self._rank, self._timeout, ex) from ex
+            raise faults.gang_error(what, self._global_ranks, self._rank, self._timeout, ex) from ex
         if lease is None:
             return None
         return ProcessGroupGang._leased(
@@ -357,29 +349,3 @@ class ProcessGroupGang(GroupGang):
             high_priority=self._high_priority,
             members=members,
         )
-
-
-def open_failure_reports(world: ProcessGroup | None, timeout: timedelta) -> None:
-    """Let this process name the culprit when a collective fails, and be named if it is one
-    (not in a simulated world: the fake backend's ranks have no peers). ``world`` None: the
-    default group is about to start from the launcher's variables (its start can fail too)."""
-    if world is not None and dist.get_backend(world) == "fake":
-        return
-    try:
-        env = read_launch_environment()
-    except ValueError:
-        env = None
-    if env is None or env.master_port == 0:
-        log.debug("failure reports are off: no launcher's variables say where the store is")
-        return
-    serves = env.rank == 0 and not env.agent_store
-    failure_reports.open_channel(
-        world,
-        (env.master_addr, env.master_port),
-        env.rank if world is None else dist.get_rank(),
-        env.world_size if world is None else dist.get_world_size(),
-        timeout,
-        serves_store=serves,
-    )
-    last_words.install()
-    stop_notice.install()

@@ -15,11 +15,11 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from gangmesh.runtime import failure_reports, peer_state, store_line
-from gangmesh.runtime.culprits import Call, Culprit
-from gangmesh.runtime.failure_reports import Channel
-from gangmesh.runtime.report_reading import Reading
-from gangmesh.runtime.store_line import line_to
+from gangmesh.runtime.faults import failure_reports, peer_state, store_line
+from gangmesh.runtime.faults.culprits import Call, Culprit
+from gangmesh.runtime.faults.report_channel import Channel
+from gangmesh.runtime.faults.report_reading import Reading
+from gangmesh.runtime.faults.store_line import line_to
 
 
 @pytest.fixture(autouse=True)

@@ -43,13 +43,48 @@ def test_a_layer_imports_only_itself_and_the_layers_below(layer):
     allowed = set(ORDER[: ORDER.index(layer) + 1])
     wrong = {
         f"{path.name} imports {module}"
-        for path in (PACKAGE / layer).glob("*.py")
+        for path in (PACKAGE / layer).rglob("*.py")
         for module in imported(path)
         if module.startswith("gangmesh")
         and (layer_of(module) not in allowed)
         and module not in ("gangmesh", "gangmesh.__version__")  # the version
     }
     assert sorted(wrong) == []
+
+
+FAULTS = "gangmesh.runtime.faults"
+
+
+def test_the_failure_machinery_is_reached_through_its_package_only():
+    # the Gang core, setup and the tools name gangmesh.runtime.faults, never a module in it
+    deeper = {
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path in PACKAGE.rglob("*.py")
+        if path.parent != PACKAGE / "runtime" / "faults"
+        for module in imported(path)
+        if module.startswith(FAULTS + ".")
+        and module.removeprefix(FAULTS + ".").split(".")[0] not in exported()
+    }
+    assert sorted(deeper) == []
+
+
+def exported() -> set[str]:
+    """The names gangmesh.runtime.faults exports (``from ... import name`` is fine for these)."""
+    faults = importlib.import_module(FAULTS)
+    return set(faults.__all__)
+
+
+def test_the_failure_machinery_uses_only_the_gang_core_s_errors_and_environment():
+    # one direction: the room needs GangError, the launcher's variables and torch's private
+    # state; nothing else of the runtime
+    allowed = {"gang", "environment", "_c10d", "faults"}
+    used = {
+        f"{path.name} imports {module}"
+        for path in (PACKAGE / "runtime" / "faults").glob("*.py")
+        for module in imported(path)
+        if module.startswith("gangmesh.runtime.") and module.split(".")[2] not in allowed
+    }
+    assert sorted(used) == []
 
 
 def test_the_planner_imports_no_torch():
@@ -67,7 +102,7 @@ def test_the_planner_imports_no_torch():
 
 def test_every_old_module_path_names_a_module_of_its_layer():
     for name, layer in _moved.MOVED.items():
-        assert (PACKAGE / layer / f"{name}.py").is_file(), f"gangmesh.{name}"
+        assert PACKAGE.joinpath(*layer.split("."), f"{name}.py").is_file(), f"gangmesh.{name}"
     old_top = {path.stem for path in PACKAGE.glob("*.py")}
     assert not old_top & set(_moved.MOVED), "a module that moved is back at the top"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gangmesh.runtime import peer_state
+from gangmesh.runtime.faults import peer_state
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

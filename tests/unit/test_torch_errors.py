@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gangmesh.runtime.torch_errors import summary
+from gangmesh.runtime.faults.torch_errors import summary
 
 TEXTS = {
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "

@@ -5,9 +5,15 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from gangmesh.runtime import error_files, failure_reports, torch_errors
-from gangmesh.runtime.culprits import Call
+import gangmesh.runtime.faults.error_files as error_files
+import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.torch_errors as torch_errors
+from gangmesh.runtime.faults.culprits import Call
 from gangmesh.runtime.gang import GangError
+
+_CULPRITS_END = 3.0
+"""Seconds a survivor under torchrun waits for the culprits it named on its host to end
+before it raises: a survivor that then ends at once (``os._exit``) ends after them."""
 
 
 def gang_error(
@@ -20,12 +26,13 @@ def gang_error(
     call: Call | None = None,
 ) -> GangError:
     """The error of ``what`` (``"op failed on gang ..."``), which ``cause`` ended for the
-    process of gang rank ``rank`` of a gang of ``global_ranks``: it names the culprits
-    where the failure reports tell (read here, after the failure), or else ``reason``
-    (a finding of the caller's, and the global ranks it names), or else the members that
-    did not take part. ``call``: the collective that failed, which the members in other
-    collectives are named against. Where it names a rank, the process's torchelastic error
-    file says so, dated after the culprits' own files."""
+        process of gang rank ``rank`` of a gang of ``global_ranks``: it names the culprits
+        where the failure reports tell (read here, after the failure), or else ``reason``
+        (a finding of the caller's, and the global ranks it names), or else the members that
+        did not take part. ``call``: the collective that failed, which the members in other
+        collectives are named against. Where it names a rank, the process's torchelastic error
+        file says so, dated after the culprits' own files; under torchrun, the culprits on this
+    host end first (see :func:`~gangmesh.runtime.faults.error_files.let_culprits_end`)."""
     failed_at = time.time()
     found = failure_reports.explain(global_ranks, rank, timeout, failed_at, call)
     detail = torch_errors.summary(cause, timeout.total_seconds()) if reason is None else reason[0]
@@ -42,6 +49,8 @@ def gang_error(
     elif found is not None:
         error.culprits = found.absent_global
     record(error, failed_at)
+    if error_files.own_path():  # torchrun counts the culprits first only if they end first
+        error_files.let_culprits_end(_CULPRITS_END)
     return error
 
 

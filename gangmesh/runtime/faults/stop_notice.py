@@ -7,7 +7,9 @@ a SIGTERM makes a thread of this process ask the job's failure reports who broke
 does. The thread learns of the signal at once, even while the main thread waits in a
 collective: Python's own handler writes it to a wakeup file descriptor. Nothing is
 installed where the process already handles SIGTERM or uses a wakeup descriptor, or off the
-main thread; a handler the program installs later takes over.
+main thread; a handler the program installs later takes over. A process already ending of
+an error of its own (its last words told the job) says nothing more and ends as that error
+ends it, with 1.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import signal
 import threading
 from types import FrameType
 
-from gangmesh.runtime import failure_reports
+import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.last_words as last_words
 
 log = logging.getLogger("gangmesh")
 
@@ -80,6 +83,9 @@ def _watch(read_end: int) -> None:
             os.close(read_end)
             return
         if signal.SIGTERM in signals and signal.getsignal(signal.SIGTERM) is _in_main_thread:
+            if last_words.dying_of_own_error():  # it said what broke it: it ends as it would
+                _said.set()
+                os._exit(1)
             _say_who()
             _said.set()
             os._exit(_EXIT_CODE)  # the main thread may be held in a collective for long

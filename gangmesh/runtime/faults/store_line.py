@@ -1,6 +1,6 @@
 """A store connection of its own, used by one daemon thread, every call bounded.
 
-The failure reports (:mod:`gangmesh.runtime.failure_reports`) go through it: where the
+The failure reports (:mod:`gangmesh.runtime.faults.failure_reports`) go through it: where the
 store's host cannot be reached, a call gives up in its bound and the caller goes on, and
 the connection torch's groups use is never held.
 """

@@ -1,14 +1,16 @@
 """A rank's last words: what an uncaught exception tells the job and torchrun before it dies.
 
-Installed once per process with the failure reports (:mod:`gangmesh.runtime.failure_reports`),
-chained to the hook that was there. A rank that dies of its own exception reports it to the
-job's store, so that every survivor's GangError names it, and writes torchelastic's error
-file (``TORCHELASTIC_ERROR_FILE``) dated when it died. A survivor that dies of the GangError
-this caused writes its error file dated one second later (see
-:mod:`gangmesh.runtime.error_files`). Whichever way a survivor that named culprits on its
-host ends, by this exception or by ``sys.exit`` after catching it, it first lets those
-culprits end (a few seconds at most): torchrun counts only the processes that ended before
-it stops the others.
+Installed once per process with the failure reports (:mod:`.failure_reports`), chained to
+the hook that was there. A rank that dies of its own exception reports it to the job's store,
+so that every survivor's GangError names it, and writes torchelastic's error file
+(``TORCHELASTIC_ERROR_FILE``) dated when it died. A survivor that dies of the GangError this
+caused, or of torch's own error of a collective that followed it (FSDP2's, DTensor's, a
+pipeline's: :mod:`.torch_calls` names the culprit then), is a consequence, never a cause: it
+reports nothing of itself, logs who broke the job, and writes its error file dated one second
+later (see :mod:`.error_files`). Whichever way a survivor that named culprits on its host
+ends, by this exception or by ``sys.exit`` after catching it, it first lets those culprits
+end (a few seconds at most): torchrun counts only the processes that ended before it stops
+the others.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ import time
 import traceback
 from types import TracebackType
 
-from gangmesh.runtime import error_files, failure_reports
+import gangmesh.runtime.faults.error_files as error_files
+import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.torch_calls as torch_calls
 from gangmesh.runtime.gang import GangError
 
 log = logging.getLogger("gangmesh")
 
 _installed = False
 _exited = False
+_own_error = False
+"""Whether this process is dying of an error of its own (it reported itself)."""
 _CULPRIT_EXIT_BOUND = 3.0
 """Seconds a survivor that ends waits for the culprits it named on its host to end."""
 
@@ -68,16 +74,27 @@ def first_line(value: BaseException) -> str:
     return f"{type(value).__name__}: {lines[0]}" if lines else type(value).__name__
 
 
+def dying_of_own_error() -> bool:
+    """Whether this process is ending of an uncaught error of its own (not a consequence)."""
+    return _own_error
+
+
 def last_words(value: BaseException, tb: TracebackType | None) -> None:
     """Tell the job and torchrun what ended this process: ``value``, uncaught."""
+    global _own_error
     channel = failure_reports.channel()
     if channel is None:
         return
-    consequence = isinstance(value, GangError)
-    if not consequence:
+    named = value if isinstance(value, GangError) else torch_calls.consequence(value)
+    if named is None or not (named is value or named.culprits):
+        _own_error = True
         channel.report(f"raised {first_line(value)}")
+        named = None
+    elif named is not value:  # torch's error: say who broke the job before the traceback
+        log.error("global rank %d: %s", channel.rank, first_line(named))
     path = error_files.own_path()
     if path:
-        message = f"{type(value).__name__}: {value}"
+        told = value if named is None else named
+        message = f"{type(told).__name__}: {told}"
         callstack = "".join(traceback.format_exception(type(value), value, tb))
-        error_files.write(path, message, callstack, time.time() + (1 if consequence else 0))
+        error_files.write(path, message, callstack, time.time() + (0 if named is None else 1))

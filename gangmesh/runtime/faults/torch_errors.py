@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import torch.distributed as dist
+
 _SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 """The "[.../file.cc:123] " that gloo and c10d put before their messages."""
 _KINDS = (
@@ -23,6 +25,15 @@ _KINDS = (
 )
 _MAX = 160
 """The most characters of torch's first line that a message repeats."""
+
+
+def is_collective_failure(error: BaseException) -> bool:
+    """Whether ``error`` is torch.distributed's own error of a failed collective (a timeout,
+    a closed connection, a backend's error: torch's distributed error types, or a
+    RuntimeError whose text starts where gloo or c10d raised it), not one of the program's."""
+    if isinstance(error, dist.DistError):
+        return True
+    return isinstance(error, RuntimeError) and bool(_SOURCE.match(str(error).strip()))
 
 
 def summary(cause: BaseException, timeout: float) -> str:

@@ -1,22 +1,7 @@
-"""Who broke the job: reports in the job's store, read only after a collective failed.
+"""A process's link to the job's failure reports: what it says, and what it reads, and when.
 
-Each process writes where it runs (host, pid) as it sets up, and a process about to die of
-an uncaught exception reports what it raised (:mod:`gangmesh.runtime.last_words`). A
-survivor whose collective failed reads the reports, then asks /proc what became of the
-processes on its host (:mod:`gangmesh.runtime.peer_state`): gone, killed, or stopped. Where
-that tells nothing, it waits a bounded time for the gang's other members to report the
-failure too (still looking: a peer whose connection just closed may be exiting); it names
-the members that failed in another collective than its own (another gang, call, op or
-shape), else those that did not report, with their hosts, else the ranks one of them
-waited for. Each survivor leaves what it found for the others
-(:mod:`gangmesh.runtime.report_reading` says what is kept where); rank 0, where it serves
-the store, keeps it at exit until the others have read it. Collectives that succeed read
-and write nothing here.
-
-The reports go through a connection of their own to the job's store (MASTER_ADDR and
-MASTER_PORT), used by one thread (:mod:`gangmesh.runtime.store_line`), every wait bounded:
-where the store cannot be reached (this host was cut off), a report or a reading gives up
-in seconds. Entries older than this process belong to an earlier attempt and are passed over.
+What the reports are for, and how a survivor reads them, is told in
+:mod:`gangmesh.runtime.faults.failure_reports`.
 """
 
 from __future__ import annotations
@@ -30,27 +15,28 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from gangmesh.runtime import error_files, peer_state
-from gangmesh.runtime.culprits import Call, Culprit, Explanation
-from gangmesh.runtime.report_reading import Reading
-from gangmesh.runtime.store_line import Line, end_all, line_to
+import gangmesh.runtime.faults.error_files as error_files
+import gangmesh.runtime.faults.peer_state as peer_state
+from gangmesh.runtime.faults.culprits import Call, Culprit, Explanation
+from gangmesh.runtime.faults.report_reading import Reading
+from gangmesh.runtime.faults.store_line import Line
 
 log = logging.getLogger("gangmesh")
 
-_WAIT_FOR_PEERS = 3.0
+WAIT_FOR_PEERS = 3.0
 """Seconds a survivor waits for the other members of its gang to report the same failure,
 where nothing else tells which rank broke."""
 _POLL = 0.02
 """Seconds between two looks at the reports and at /proc during that wait."""
-_PEERS_FINDINGS = 0.5
+PEERS_FINDINGS = 0.5
 """Seconds a survivor that found no culprit, once every member of its gang has reported the
 failure too, still looks for what they found (a culprit they are naming, or one whose end
 it saw midway: neither stopped nor ended yet)."""
-_READING_BOUND = _WAIT_FOR_PEERS + _PEERS_FINDINGS + 1.0
+READING_BOUND = WAIT_FOR_PEERS + PEERS_FINDINGS + 1.0
 """Seconds a survivor spends on the reports in all, the wait for its peers included."""
-_REPORT_BOUND = 2.0
+REPORT_BOUND = 2.0
 """Seconds a dying process spends on its report."""
-_PREFIX = "gangmesh/failures"
+PREFIX = "gangmesh/failures"
 
 
 class Channel:
@@ -87,14 +73,14 @@ class Channel:
             store.set(f"rank/{rank}", json.dumps({**record, "host": self.host}))
 
         def learn_rank_0(store: Any) -> None:
-            deadline = time.monotonic() + _REPORT_BOUND  # no store wait: its timeout is loud
+            deadline = time.monotonic() + REPORT_BOUND  # no store wait: its timeout is loud
             while not store.check(["rank/0"]) and time.monotonic() < deadline:
                 time.sleep(_POLL)
             if store.check(["rank/0"]):
                 self._rank_0 = json.loads(bytes(store.get("rank/0")))
 
         try:  # connected now, while the job is still setting up, not at its first failure
-            line.call(tell, _REPORT_BOUND)
+            line.call(tell, REPORT_BOUND)
             if not serves_store:
                 line.send(learn_rank_0)  # the reports end with rank 0 where it serves them
         except (RuntimeError, OSError, TimeoutError) as ex:
@@ -112,7 +98,7 @@ class Channel:
             {"rank": self.rank, "host": self.host, "pid": culprit.pid, "what": what,
              "seconds": culprit.seconds}
         )  # fmt: skip
-        self._line.call(lambda store: store.append("reports", entry + "\n"), _REPORT_BOUND)
+        self._line.call(lambda store: store.append("reports", entry + "\n"), REPORT_BOUND)
         return culprit
 
     def explain(
@@ -123,20 +109,20 @@ class Channel:
         call: Call | None = None,
     ) -> Explanation:
         """Who broke the collective that a gang of ``global_ranks`` just failed, as far as
-        known within a few seconds (see :data:`_READING_BOUND`).
+        known within a few seconds (see :data:`READING_BOUND`).
 
         :raises TimeoutError: the store did not answer in time.
         :raises RuntimeError: the store cannot be reached.
         """
         self.took_part = True
-        wait = min(_WAIT_FOR_PEERS, timeout.total_seconds())
+        wait = min(WAIT_FOR_PEERS, timeout.total_seconds())
 
         def explain_and_say_so(store: Any) -> Explanation:
             found = self._explain(store, global_ranks, gang_rank, wait, call)
             store.set(f"explained/{self.rank}", str(time.time()))
             return found
 
-        return self._line.call(explain_and_say_so, wait + _READING_BOUND - _WAIT_FOR_PEERS)
+        return self._line.call(explain_and_say_so, wait + READING_BOUND - WAIT_FOR_PEERS)
 
     def who_broke(self, bound: float) -> str:
         """This process is being stopped: say so, and what it knows, in words that follow
@@ -172,6 +158,22 @@ class Channel:
 
         return self._line.call(look, bound)
 
+    def here(self, ranks: tuple[int, ...], bound: float) -> list[Culprit]:
+        """Those of ``ranks`` that run on this host, alive and taking no part: hung (bounded;
+        raises as :meth:`explain`)."""
+
+        def look(store: Any) -> list[Culprit]:
+            entries = self._reading(store).entries(f"host/{self.host}")
+            return [
+                Culprit(r, self.host, int(e["pid"]), "did not take part", time.time(),
+                        str(e.get("error_file", "")))
+                for e in entries
+                if (r := int(e["rank"])) in ranks
+                and peer_state.fate(int(e["pid"]), e.get("started")) is None
+            ]  # fmt: skip
+
+        return self._line.call(look, bound)
+
     def keep_store(self, bound: float) -> None:
         """Where the store ends with this process: wait, up to ``bound`` seconds, until every
         other process has read the reports of this failure or has ended on this host."""
@@ -188,7 +190,7 @@ class Channel:
             ):
                 time.sleep(_POLL)  # the others' reading is not signalled to this process
 
-        self._line.call(wait, bound + _REPORT_BOUND)
+        self._line.call(wait, bound + REPORT_BOUND)
 
     def without_store(self) -> Explanation | None:
         """What /proc says where the store no longer answers: rank 0 ended on this host
@@ -258,143 +260,8 @@ class Channel:
     def _peers_done(read: Reading, peers: list[int], late: float) -> bool:
         """Whether to stop looking, ``late`` seconds after the wait's deadline: at it where
         some peer has not reported the failure; otherwise once every peer has said what it
-        found, or a little later (:data:`_PEERS_FINDINGS`)."""
+        found, or a little later (:data:`PEERS_FINDINGS`)."""
         if not read.all_current([f"failed/{r}" for r in peers]):
             return late >= 0
         explained = read.all_current([f"explained/{r}" for r in peers])
-        return explained or late >= _PEERS_FINDINGS
-
-
-_channel: Channel | None = None
-_opened_for: int | None = None
-"""The id of the default group the channel was opened for: wrapping it again opens nothing
-new. Not the group itself: a reference would keep its backend and threads alive at exit."""
-
-
-def open_channel(
-    group: object | None,
-    store: tuple[str, int],
-    rank: int,
-    world_size: int,
-    timeout: timedelta,
-    serves_store: bool = False,
-) -> None:
-    """Make this process's reports go to the job's store at ``store`` (address, port), for
-    default group ``group``; a job of one process has no one to tell, nothing is opened.
-    ``group`` None: the default group is about to start, and takes the channel over once
-    it has. ``serves_store``: the store lives in this process."""
-    global _channel, _opened_for, _timeout
-    if world_size < 2:
-        return
-    if _channel is not None and _opened_for in (None, id(group)):
-        _opened_for = None if group is None else id(group)
-        return
-    _channel = Channel(line_to(*store, timeout, _PREFIX), rank, world_size, serves_store)
-    _opened_for = None if group is None else id(group)
-    _timeout = timeout
-
-
-_timeout = timedelta(0)
-"""The timeout of the job whose reports the channel holds."""
-
-
-def who_broke(bound: float) -> str:
-    """Who broke the job, in words that follow "stopped", as far as known within ``bound``
-    seconds, for a process being stopped (see :mod:`gangmesh.runtime.stop_notice`); ""
-    where nothing is known."""
-    current = _channel
-    if current is None:
-        return ""
-    try:
-        return current.who_broke(bound)
-    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
-        log.debug("the job's failure reports cannot be read: %s", ex)
-        return ""
-
-
-def fates(ranks: list[int]) -> dict[int, Culprit]:
-    """What became of global ranks ``ranks``, which did not come to a meeting, where known
-    within a couple of seconds: rank -> culprit; {} where nothing is known."""
-    current = _channel
-    if current is None:
-        return {}
-    failed_at = time.time()
-    try:
-        found = current.fates(ranks, _REPORT_BOUND)
-    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
-        log.debug("the job's failure reports cannot be read: %s", ex)
-        return {}
-    error_files.for_culprits(list(found.values()), current.host, failed_at)
-    for rank in set(ranks) - set(found):  # never said where it runs: on this host, maybe
-        error_files.write_for_unseen(rank, f"global rank {rank} did not arrive", failed_at)
-    return found
-
-
-def store_keeper() -> Culprit | None:
-    """Rank 0, where it served the job's store on this host and ended (as /proc tells);
-    None where that is not known."""
-    current = _channel
-    gone = None if current is None else current.without_store()
-    if current is None or gone is None:
-        return None
-    error_files.for_culprits(list(gone.culprits), current.host, time.time())
-    return gone.culprits[0]
-
-
-def keep_store_for_survivors() -> None:
-    """At exit, or as the root gang closes, after a failure, where the store ends with this
-    process: let the others read the reports first (bounded by the job's timeout and the
-    reading's bound)."""
-    current = _channel
-    if current is None or not current.serves_store or not current.took_part:
-        return
-    try:
-        current.keep_store(_timeout.total_seconds() + _READING_BOUND)
-    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
-        log.debug("keeping the store for the others failed: %s", ex)
-
-
-def close_channel() -> None:
-    """Stop reporting: the job's groups are shut down."""
-    global _channel, _opened_for
-    _channel = None
-    _opened_for = None
-
-
-def shut_down() -> None:
-    """Close the channel and end every line's thread (at exit, and between two tests that
-    share processes); a thread that a store which does not answer holds ends with the
-    process."""
-    close_channel()
-    end_all(_REPORT_BOUND)
-
-
-def channel() -> Channel | None:
-    """This process's channel to the job's failure reports; None where there is none."""
-    return _channel
-
-
-def explain(
-    global_ranks: list[int],
-    gang_rank: int,
-    timeout: timedelta,
-    failed_at: float,
-    call: Call | None = None,
-) -> Explanation | None:
-    """Who broke a collective of a gang of ``global_ranks`` that failed at ``failed_at``
-    (seconds since the epoch); None where nothing is known. The culprits named on this host
-    get torchelastic error files in their name where they left none, and this process waits
-    for them to end before it ends itself (:mod:`gangmesh.runtime.error_files`)."""
-    current = _channel
-    if current is None:
-        return None
-    try:
-        found = current.explain(global_ranks, gang_rank, timeout, call)
-    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
-        log.debug("the job's failure reports cannot be read: %s", ex)
-        gone = current.without_store()
-        if gone is None:
-            return None
-        found = gone
-    error_files.for_culprits(list(found.culprits), current.host, failed_at)
-    return found
+        return explained or late >= PEERS_FINDINGS

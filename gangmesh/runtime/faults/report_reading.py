@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gangmesh.runtime import error_files, peer_state
-from gangmesh.runtime.culprits import Call, Culprit
+import gangmesh.runtime.faults.error_files as error_files
+import gangmesh.runtime.faults.peer_state as peer_state
+from gangmesh.runtime.faults.culprits import Call, Culprit
 
 
 @dataclass(frozen=True)

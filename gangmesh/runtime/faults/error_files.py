@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from gangmesh.runtime import peer_state
-from gangmesh.runtime.culprits import Culprit
+import gangmesh.runtime.faults.peer_state as peer_state
 from gangmesh.runtime.environment import read_launch_environment
+from gangmesh.runtime.faults.culprits import Culprit
 
 log = logging.getLogger("gangmesh")
 
@@ -98,6 +98,15 @@ def for_culprits(culprits: list[Culprit], host: str, failed_at: float) -> None:
     for culprit in here:
         write_for_culprit(culprit.error_file, str(culprit), failed_at)
     remember(c.pid for c in here)
+
+
+def end_hung(culprits: list[Culprit], failed_at: float) -> None:
+    """Write the error files of ``culprits``, hung on this host, in their name, and end them
+    (SIGKILL), so that torchrun counts them first; wait for their end as for other culprits'."""
+    for culprit in culprits:
+        write_for_culprit(culprit.error_file, str(culprit), failed_at)
+        _kill(culprit.pid)
+    remember(c.pid for c in culprits)
 
 
 _pending: set[int] = set()

@@ -1,0 +1,98 @@
+"""Who broke the job, found and told: the failure machinery, reached through these names only.
+
+Reports in the job's store (:mod:`.failure_reports`, read by :mod:`.report_reading`), what
+/proc says of the peers on this host (:mod:`.peer_state`), torchelastic's error files
+(:mod:`.error_files`), a dying rank's last words (:mod:`.last_words`), a stopped rank's one
+line (:mod:`.stop_notice`), and the GangError of a failed collective (:mod:`.blame`), for a
+gang's call or for torch's own collectives on the groups gangmesh holds (:mod:`.torch_calls`).
+The Gang core and setup use what this module exports, nothing deeper.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.last_words as last_words
+import gangmesh.runtime.faults.stop_notice as stop_notice
+from gangmesh.runtime.environment import read_launch_environment
+from gangmesh.runtime.faults.blame import gang_error
+from gangmesh.runtime.faults.blame import record as record_named
+from gangmesh.runtime.faults.culprits import Call
+from gangmesh.runtime.faults.error_files import write_for_unseen
+from gangmesh.runtime.faults.failure_reports import channel, fates, store_keeper
+from gangmesh.runtime.faults.torch_calls import consequence
+from gangmesh.runtime.faults.torch_errors import summary
+
+__all__ = [
+    "Call",
+    "before_exit",
+    "channel",
+    "close_reports",
+    "consequence",
+    "fates",
+    "gang_error",
+    "install_stop_notice",
+    "open_reports",
+    "record_named",
+    "shut_down",
+    "store_keeper",
+    "summary",
+    "write_for_unseen",
+]
+
+log = logging.getLogger("gangmesh")
+
+
+def open_reports(world: ProcessGroup | None, timeout: timedelta) -> None:
+    """Let this process name the culprit when a collective fails, and be named if it is one
+    (not in a simulated world: the fake backend's ranks have no peers). ``world`` None: the
+    default group is about to start from the launcher's variables (its start can fail too)."""
+    if world is not None and dist.get_backend(world) == "fake":
+        return
+    try:
+        env = read_launch_environment()
+    except ValueError:
+        env = None
+    if env is None or env.master_port == 0:
+        log.debug("failure reports are off: no launcher's variables say where the store is")
+        return
+    serves = env.rank == 0 and not env.agent_store
+    failure_reports.open_channel(
+        world,
+        (env.master_addr, env.master_port),
+        env.rank if world is None else dist.get_rank(),
+        env.world_size if world is None else dist.get_world_size(),
+        timeout,
+        serves_store=serves,
+    )
+    last_words.install()
+    stop_notice.install()
+
+
+def install_stop_notice() -> None:
+    """Say who broke the job when the launcher stops this process (SIGTERM), from now on."""
+    stop_notice.install()
+
+
+def close_reports() -> None:
+    """The job's groups shut down: where this process serves the store, let the others read
+    the reports of a failure first; then stop reporting."""
+    failure_reports.keep_store_for_survivors()
+    failure_reports.close_channel()
+
+
+def before_exit() -> None:
+    """At interpreter exit, while the reports are open: a failure's last duties (see
+    :func:`.last_words.at_exit`)."""
+    last_words.at_exit()
+
+
+def shut_down() -> None:
+    """Close the reports and end their threads (at exit, and between tests sharing processes)."""
+    failure_reports.shut_down()
+    stop_notice.uninstall()

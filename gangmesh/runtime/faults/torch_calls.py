@@ -1,0 +1,129 @@
+"""torch's own collectives on gangmesh's groups: a failure there is named as a gang call's is.
+
+FSDP2's all-gathers and reduce-scatters, DTensor's redistributions, tensor parallel's
+all-reduces and a pipeline's sends and receives run on the groups gangmesh made or wraps, but
+not through a Gang: where a peer breaks, torch raises its own error (on gloo, in the thread
+that waits). :func:`consequence` reads such an error once it reaches gangmesh (leaving
+``with gangs:``, or uncaught, in the process's last words): which collective it was (the
+innermost torch.distributed call in its traceback, that call's group, and torch's count of
+the group's collectives), and who broke it, from the job's failure reports as for a gang's
+call. Nothing runs while collectives succeed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import PurePath
+from types import TracebackType
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ProcessGroup
+
+import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.torch_errors as torch_errors
+from gangmesh.runtime import _c10d
+from gangmesh.runtime.faults.blame import gang_error
+from gangmesh.runtime.faults.culprits import Call
+from gangmesh.runtime.gang import GangError
+
+_C10D = ("torch", "distributed", "distributed_c10d.py")
+_CALLERS = (
+    (("torch", "distributed", "fsdp"), "FSDP2's"),
+    (("torch", "distributed", "tensor"), "DTensor's"),
+    (("torch", "distributed", "pipelining"), "the pipeline schedule's"),
+    (("torch", "distributed", "algorithms"), "DDP's"),
+    (("torch", "nn", "parallel"), "DDP's"),
+)
+"""Where torch's frames say whose collective it was, by the path of their file."""
+
+
+@dataclass(frozen=True)
+class TorchCall:
+    """A torch collective in a failed traceback: its name, group, and who called it."""
+
+    op: str
+    group: ProcessGroup | None
+    """The group the call names (None: the default group, or not known)."""
+    caller: str
+    """Whose collective it was, in words ("FSDP2's"), or ""."""
+    function: str
+    """The function of torch's that waited for it, where not a torch.distributed call."""
+
+
+def consequence(error: BaseException) -> GangError | None:
+    """The GangError that names who broke the collective ``error`` (torch's) failed in, where
+    it is one that followed a peer's failure; None otherwise (a GangError already, an error of
+    this process's own, or a process that reports no failures: no launcher's store)."""
+    if isinstance(error, GangError) or not torch_errors.is_collective_failure(error):
+        return None
+    channel = failure_reports.channel()
+    if channel is None:
+        return None
+    found = torch_call(error.__traceback__)
+    group = found.group if found.group is not None else dist.group.WORLD
+    try:
+        members = dist.get_process_group_ranks(group) if group is not None else []
+        rank = dist.get_rank(group) if group is not None else -1
+    except (RuntimeError, ValueError):
+        members, rank = [], -1
+    if rank < 0:  # not a group of this job's, or torch.distributed is gone
+        members, rank = list(range(channel.world_size)), channel.rank
+    label = group_label(group)
+    call = Call(label, tuple(members), _c10d.sequence_number(group), found.op)
+    where = f" ({found.caller}, in {found.function})" if found.caller else ""
+    what = f"{found.op} failed on process group '{label}' (size {len(members)}, rank {rank}){where}"
+    return gang_error(what, members, rank, timeout_of(group), error, call=call)
+
+
+def torch_call(tb: TracebackType | None) -> TorchCall:
+    """The innermost torch.distributed collective of traceback ``tb``, with its group, and
+    the outermost frame of torch's that tells whose it was."""
+    op, group, caller, function = "a collective", None, "", ""
+    while tb is not None:
+        frame = tb.tb_frame
+        parts = PurePath(frame.f_code.co_filename).parts
+        if _under(parts, _C10D) and not frame.f_code.co_name.startswith("_"):
+            op = frame.f_code.co_name
+            named = frame.f_locals.get("group")
+            group = named if isinstance(named, ProcessGroup) else group
+        for path, whose in _CALLERS:
+            if _under(parts, path) and not caller:
+                caller, function = whose, frame.f_code.co_name
+        tb = tb.tb_next
+    if op == "wrapper":  # torch's logging decorator only: the call itself is not known
+        op = "a collective"
+    return TorchCall(op, group, caller, function)
+
+
+def _under(parts: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    """Whether a file's path ``parts`` runs through ``path`` (a file, or a folder's names)."""
+    size = len(path)
+    return any(parts[i : i + size] == path for i in range(len(parts) - size + 1))
+
+
+def group_label(group: ProcessGroup | None) -> str:
+    """The name gangmesh gave ``group`` (the dimension or gang, e.g. "dp_shard_cp"); torch's
+    description of a group gangmesh did not make; "default" for the default group."""
+    if group is None or group is dist.group.WORLD:
+        return "default"
+    description = str(getattr(group, "group_desc", "") or "")
+    if description.startswith("gangmesh:"):
+        return description.split(":")[1]
+    return description or group.group_name
+
+
+def timeout_of(group: ProcessGroup | None) -> timedelta:
+    """The timeout ``group`` runs with, where its backend tells; else the job's."""
+    for device in _devices(group):
+        timeout = _c10d.group_timeout(group, device) if group is not None else None
+        if timeout is not None:
+            return timeout
+    return failure_reports.job_timeout()
+
+
+def _devices(group: ProcessGroup | None) -> list[torch.device]:
+    """Where ``group``'s backend may run: its bound device, else cpu and cuda."""
+    bound = getattr(group, "bound_device_id", None)
+    return [bound] if bound is not None else [torch.device("cpu"), torch.device("cuda")]
