@@ -1,14 +1,21 @@
-"""A seeded chaos battery: one rank of a training loop breaks at a random moment, in a random way.
+"""A seeded chaos battery: one rank of a training job breaks at a random moment, in a random way.
 
 Each trial draws, from a generator seeded by the trial's seed:
 
+- the job: a loop of gang calls (dp_shard 2 x tp 2; workers/chaos.py), or real training steps
+  (workers/train_faults.py): FSDP2 HSDP (2 x 2), tensor parallel x FSDP2 (2 x 2) or a 2-stage
+  pipeline schedule beside data parallel 2, where most collectives are torch's own;
 - the victim, any of 4 ranks;
 - the kind of fault: an exception, an exit, SIGKILL, SIGSTOP, or a hang (alive, it stops
   entering collectives);
-- the moment: 0 to 1.5 s into the loop, or 0 to 0.4 s from the start of setup (inside
-  ``setup_root_gang``, gloo's connect included, inside ``create_gangs``, or the first
-  steps), struck by a thread of the victim wherever its main thread is;
-- how the survivors end: the GangError uncaught, or caught and ``sys.exit(1)`` at once;
+- the moment: 0 to 0.4 s from the start of setup (inside ``setup_root_gang``, gloo's connect
+  included, inside ``create_gangs``, FSDP2's wrapping, or the first steps), struck by a thread
+  of the victim wherever its main thread is; in a gang loop, 0 to 1.5 s into the loop; in
+  training, the forward, the backward or the optimizer step of step 1 to 3, at once or 0 to
+  0.3 s later (then wherever that leaves the main thread: inside FSDP2's all-gathers and
+  reduce-scatters, DTensor's all-reduces, a pipeline's sends);
+- how the survivors end: the GangError uncaught, or caught and ``sys.exit(1)`` at once; in
+  training also torch's own error uncaught (trained outside ``with gangs:``);
 - the launcher: torchrun with its default ``--monitor-interval`` (it stops the survivors
   0.1 s after the first process ends), torchrun looking only after the timeout and 5 s, or
   processes that no launcher watches (rank 0 then serves the job's store, and the reports
@@ -17,10 +24,10 @@ Each trial draws, from a generator seeded by the trial's seed:
 Each trial asserts that every survivor that raised (all of them, where nothing stops them
 first) named the victim, its host and how it broke (its pid too, where it ended or
 stopped), in ``GangError.culprits`` too, within the timeout and 5 s, with torch's own text
-left to ``__cause__``; that torchrun's "Root Cause" is the victim (not for a hang: torchrun
-counts only processes that ended); that a survivor torchrun stopped before it raised says
-why in one line; and that no process is left behind. A failure prints
-the trial and the command that replays it.
+left to ``__cause__`` (where torch's error went uncaught: its last words name the victim);
+that torchrun's "Root Cause" is the victim (a hung one too: a survivor on its host ends it);
+that a survivor torchrun stopped before it raised says why in one line; and that no process
+is left behind. A failure prints the trial and the command that replays it.
 
 The suite runs ``GANGMESH_CHAOS_TRIALS`` trials (default 6) from a seed that changes every
 run (``GANGMESH_CHAOS_SEED`` replays one). At length, on a developer's machine::
@@ -58,49 +65,65 @@ FATES = {
     "exit": r"exited with code 3|is gone: it exited or was killed",
     "sigkill": r"was killed by SIGKILL|is gone: it exited or was killed",
     "sigstop": r"is stopped \(SIGSTOP, SIGTSTP or a debugger\)|was killed by SIGKILL",
-    "hang": r"did not take part and have not said why",
+    "hang": r"did not take part and have not said why|took no part in the collective",
 }
 LAUNCHERS = ("torchrun", "torchrun-monitor-above-timeout", "bare")
+JOBS = ("gangs", "hsdp", "tp_fsdp", "pp")
 
 
 @dataclass(frozen=True)
 class Trial:
     seed: int
+    job: str
     victim: int
     kind: str
     delay: float
     ending: str
     launcher: str
     moment: str
+    step: int = 0
 
     @classmethod
     def draw(cls, seed: int) -> Trial:
         rng = random.Random(seed)
-        moment = rng.choice(["setup", "loop"])
+        job = rng.choice(JOBS)
+        phases = ["loop"] if job == "gangs" else ["forward", "backward", "optimizer"]
+        moment = rng.choice(["setup", *phases])
+        later = rng.random() < 0.5
+        delay = 0.4 if moment == "setup" else 1.5 if job == "gangs" else 0.3 if later else 0
+        endings = ["raise", "catch"] if job == "gangs" else ["raise", "catch", "torch"]
         return cls(
             seed,
+            job=job,
             victim=rng.randrange(4),
             kind=rng.choice(sorted(FATES)),
-            delay=round(rng.uniform(0.0, 0.4 if moment == "setup" else 1.5), 3),
-            ending=rng.choice(["raise", "catch"]),
+            delay=round(rng.uniform(0.0, delay), 3),
+            ending=rng.choice(endings),
             launcher=rng.choice(LAUNCHERS),
             moment=moment,
+            step=0 if job == "gangs" else rng.randint(1, 3),
         )
 
     def run(self, out: Path, host: Host | None) -> Run:
-        args = (str(out), str(self.victim), self.kind, str(self.delay), self.ending, str(TIMEOUT),
-                self.moment)  # fmt: skip
+        args = [str(out), str(self.victim), self.kind, str(self.delay), self.ending, str(TIMEOUT),
+                self.moment]  # fmt: skip
+        script = "chaos.py" if self.job == "gangs" else "train_faults.py"
+        if self.job != "gangs":
+            args += [self.job, str(self.step)]
         watch = f"--monitor-interval={MONITOR_ABOVE:g}"
         options = (watch,) if "monitor" in self.launcher else ()
         if self.launcher == "bare":
-            return bare_processes("chaos.py", 4, *args, timeout=120, host=host)
-        return torchrun("chaos.py", 4, *args, timeout=120, options=options, host=host)
+            return bare_processes(script, 4, *args, timeout=120, host=host)
+        return torchrun(script, 4, *args, timeout=120, options=options, host=host)
 
 
 def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
     """What every trial must show (see the module docstring)."""
     victim = found[trial.victim]
     survivors = [r for r in range(4) if r != trial.victim]
+    if trial.ending == "torch":
+        said = last_words(run.output, survivors)
+        found = {r: {**found.get(r, {}), **said.get(r, {})} for r in {*found, *said}}
     raised = [r for r in survivors if "error" in found.get(r, {})]
     # torchrun looking only after the timeout and 5 s stops no survivor before it raises,
     # unless the survivor began its setup late (its timeout runs from there)
@@ -112,7 +135,7 @@ def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
         assert got["culprits"] == [trial.victim], error
         if trial.moment == "setup" and re.search(never_there(trial.victim), error):
             pass  # it broke before it reached the job's store: nothing more is known of it
-        elif trial.kind == "hang":  # alive: it can only be named as not taking part
+        elif trial.kind == "hang" and "took no part" not in error:  # alive, unnamed
             assert re.search(rf"global ranks \[{trial.victim}\]\)? on {host} ", error), error
         else:
             assert f"global rank {trial.victim} on host {host} (pid {victim['pid']}) " in error, (
@@ -120,11 +143,12 @@ def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
             )
             assert re.search(FATES[trial.kind], error), error
         # a survivor that starts after the fault has its timeout from its own start
-        assert got["at"] - max(victim["broke_at"], got["started"]) <= TIMEOUT + 5, error
+        if "at" in got:  # when torch's error goes uncaught, its last words have no time
+            assert got["at"] - max(victim["broke_at"], got["started"]) <= TIMEOUT + 5, error
         assert "GLHF" not in error and ".cc:" not in error, "torch's text is left to __cause__"
         assert got["cause"], "torch's error is chained"
-    if trial.launcher == "bare" or trial.kind == "hang":
-        return  # torchrun counts only processes that ended, and a hanging one has not
+    if trial.launcher == "bare":
+        return
     for rank in set(survivors) - set(raised):  # stopped by torchrun first: it says why
         said = (
             f"global rank {rank} stopped (SIGTERM) after global rank {trial.victim} on host {host}"
@@ -144,6 +168,22 @@ def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
     local = f"rank\\s*: {trial.victim} \\(local_rank: {trial.victim}\\)"
     assert re.search(local, root_cause), run.output
+
+
+def last_words(output: str, ranks: list[int]) -> dict[int, dict]:
+    """What each of ``ranks`` said of the error that ended it, uncaught: torch's, named in its
+    last words ("global rank R: GangError: ..."), or a GangError of a gang call (torch prints
+    "[rankR]: ...GangError: ..."), as the results of a rank that caught a GangError."""
+    said = {}
+    for rank in ranks:
+        own = rf"global rank {rank}: GangError: (.*)$|^\[rank{rank}\]: \S*GangError: (.*)$"
+        found = re.search(own, output, flags=re.M)
+        if found:
+            error = found.group(1) or found.group(2)
+            detail = error.split("): ", 1)[-1]
+            culprits = re.findall(r"global ranks? \[?(\d+)", detail)[:1]
+            said[rank] = {"error": error, "culprits": [int(c) for c in culprits], "cause": "yes"}
+    return said
 
 
 def never_there(victim: int) -> str:

@@ -37,6 +37,8 @@ READING_BOUND = WAIT_FOR_PEERS + PEERS_FINDINGS + 1.0
 REPORT_BOUND = 2.0
 """Seconds a dying process spends on its report."""
 PREFIX = "gangmesh/failures"
+HUNG = "took no part in the collective, alive (hung), and was ended by a survivor"
+"""What a survivor under torchrun says of a hung rank on its host that it ends."""
 
 
 class Channel:
@@ -159,18 +161,25 @@ class Channel:
         return self._line.call(look, bound)
 
     def here(self, ranks: tuple[int, ...], bound: float) -> list[Culprit]:
-        """Those of ``ranks`` that run on this host, alive and taking no part: hung (bounded;
-        raises as :meth:`explain`)."""
+        """Those of ``ranks`` that run on this host, alive and taking no part: hung; named so
+        in the reports, for the survivors that see them end (bounded; raises as
+        :meth:`explain`)."""
 
         def look(store: Any) -> list[Culprit]:
             entries = self._reading(store).entries(f"host/{self.host}")
-            return [
-                Culprit(r, self.host, int(e["pid"]), "did not take part", time.time(),
-                        str(e.get("error_file", "")))
+            now = time.time()
+            hung = [
+                Culprit(r, self.host, int(e["pid"]), HUNG, now, str(e.get("error_file", "")))
                 for e in entries
                 if (r := int(e["rank"])) in ranks
                 and peer_state.fate(int(e["pid"]), e.get("started")) is None
             ]  # fmt: skip
+            if hung:
+                found = [json.dumps(asdict(c)) for c in hung]
+                store.set(
+                    f"named/{self.rank}", json.dumps({"seconds": time.time(), "found": found})
+                )
+            return hung
 
         return self._line.call(look, bound)
 

@@ -37,6 +37,8 @@ _CALLERS = (
     (("torch", "nn", "parallel"), "DDP's"),
 )
 """Where torch's frames say whose collective it was, by the path of their file."""
+_WRAPPERS = frozenset({"wrapper", "_fn", "decorate_context", "inner"})
+"""Names of torch's decorators' frames, which say nothing of where a call was made."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class TorchCall:
 
     op: str
     group: ProcessGroup | None
-    """The group the call names (None: the default group, or not known)."""
+    """The group the call ran on; None where not known."""
     caller: str
     """Whose collective it was, in words ("FSDP2's"), or ""."""
     function: str
@@ -62,38 +64,46 @@ def consequence(error: BaseException) -> GangError | None:
     if channel is None:
         return None
     found = torch_call(error.__traceback__)
-    group = found.group if found.group is not None else dist.group.WORLD
-    try:
-        members = dist.get_process_group_ranks(group) if group is not None else []
-        rank = dist.get_rank(group) if group is not None else -1
-    except (RuntimeError, ValueError):
-        members, rank = [], -1
-    if rank < 0:  # not a group of this job's, or torch.distributed is gone
-        members, rank = list(range(channel.world_size)), channel.rank
-    label = group_label(group)
-    call = Call(label, tuple(members), _c10d.sequence_number(group), found.op)
+    members, rank = _place(found.group)
     where = f" ({found.caller}, in {found.function})" if found.caller else ""
+    if rank < 0:  # the group is not known (a wait on torch's work): the job's ranks tell
+        members, rank = list(range(channel.world_size)), channel.rank
+        what = f"{found.op} failed{where}"
+        return gang_error(what, members, rank, failure_reports.job_timeout(), error)
+    label = group_label(found.group)
+    call = Call(label, tuple(members), _c10d.sequence_number(found.group), found.op)
     what = f"{found.op} failed on process group '{label}' (size {len(members)}, rank {rank}){where}"
-    return gang_error(what, members, rank, timeout_of(group), error, call=call)
+    return gang_error(what, members, rank, timeout_of(found.group), error, call=call)
+
+
+def _place(group: ProcessGroup | None) -> tuple[list[int], int]:
+    """The global ranks of ``group`` and this process's rank in it; -1 where not known."""
+    if group is None:
+        return [], -1
+    try:
+        return dist.get_process_group_ranks(group), dist.get_rank(group)
+    except (RuntimeError, ValueError):  # not a group of this job's, or torch is down
+        return [], -1
 
 
 def torch_call(tb: TracebackType | None) -> TorchCall:
-    """The innermost torch.distributed collective of traceback ``tb``, with its group, and
-    the outermost frame of torch's that tells whose it was."""
+    """The innermost torch.distributed collective of traceback ``tb``, with its group (None
+    where the error came from waiting on its work, which names none), and the outermost
+    frame of torch's that tells whose it was."""
     op, group, caller, function = "a collective", None, "", ""
     while tb is not None:
         frame = tb.tb_frame
-        parts = PurePath(frame.f_code.co_filename).parts
-        if _under(parts, _C10D) and not frame.f_code.co_name.startswith("_"):
-            op = frame.f_code.co_name
-            named = frame.f_locals.get("group")
-            group = named if isinstance(named, ProcessGroup) else group
-        for path, whose in _CALLERS:
-            if _under(parts, path) and not caller:
-                caller, function = whose, frame.f_code.co_name
+        code = frame.f_code
+        parts = PurePath(code.co_filename).parts
+        if _under(parts, _C10D) and not code.co_name.startswith("_") and code.co_name != "wrapper":
+            op = code.co_name
+            named = frame.f_locals.get("group", False)  # None: the default group
+            group = dist.group.WORLD if named is None else named
+            group = group if isinstance(group, ProcessGroup) else None
+        whose = next((whose for path, whose in _CALLERS if _under(parts, path)), "")
+        if whose and not caller and code.co_name not in _WRAPPERS:
+            caller, function = whose, code.co_name
         tb = tb.tb_next
-    if op == "wrapper":  # torch's logging decorator only: the call itself is not known
-        op = "a collective"
     return TorchCall(op, group, caller, function)
 
 

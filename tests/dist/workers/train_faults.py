@@ -18,8 +18,9 @@ KIND: "raise" (an exception of the user's code), "exit" (``os._exit(3)``), "sigk
 "sigstop", "hang" (alive, it stops entering collectives) or "desync" (an all-reduce of its own
 on the data-parallel gang that no peer makes). Every other rank writes what it gets: a
 GangError (``with gangs:`` turns torch's error into one), then lets it go uncaught (ENDING
-"raise") or catches it and ends with ``sys.exit(1)`` (ENDING "catch"). TIMEOUT is the root
-gang's timeout in seconds.
+"raise") or catches it and ends with ``sys.exit(1)`` (ENDING "catch"); with ENDING "torch" it
+trains outside ``with gangs:`` and torch's own error goes uncaught. TIMEOUT is the root gang's
+timeout in seconds.
 """
 
 from __future__ import annotations
@@ -86,12 +87,12 @@ class Fault:
         if self.kind == "sigstop":
             os.kill(os.getpid(), signal.SIGSTOP)
 
-    def in_main_thread(self) -> None:
+    def in_main_thread(self, step: int) -> None:
         """Where the main thread passes a hook: a raise, a hang or a desync happens here."""
         if not self.struck.is_set() or threading.current_thread() is not threading.main_thread():
             return
         if self.kind == "raise":
-            raise ValueError("the loss is NaN")
+            raise ValueError(f"step {step}: the loss is NaN")
         if self.kind == "hang":
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
             signal.sigtimedwait([signal.SIGUSR1], 120)  # ended by a signal of another
@@ -135,13 +136,13 @@ def train(job: str, gangs: gm.Gangs, fault: Fault | None, moment: str, step_of_f
     def at(phase: str, step: int) -> None:
         if fault is None or step != step_of_fault or phase != moment:
             if fault is not None:
-                fault.in_main_thread()
+                fault.in_main_thread(step)
             return
         if strike_later is None:
             fault.strike()
         elif not strike_later.is_alive() and not fault.struck.is_set():
             strike_later.start()
-        fault.in_main_thread()
+        fault.in_main_thread(step)
 
     step = 0
     hooked.register_forward_pre_hook(lambda *_: at("forward", step))
@@ -183,7 +184,7 @@ def main() -> None:
         sizes = {"pp": 2} if job == "pp" else {"tp": 2} if job == "tp_fsdp" else {"dp_replicate": 2}
         gangs = gm.create_gangs(root, **sizes)
         made.append(gangs)
-        with gangs:
+        with gangs if ending != "torch" else contextlib.nullcontext(gangs):
             train(job, gangs, fault, moment, step_of_fault, strike_later)
     except gm.GangError as ex:
         found = json.loads((Path(sys.argv[1]) / f"rank{me}.json").read_text())
