@@ -8,6 +8,7 @@ cut off from the network) need the network-namespace host test bed and are not c
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 
@@ -151,3 +152,22 @@ def test_rank_0_keeps_the_store_it_serves_until_the_slower_survivors_have_read_t
         error = found[rank]["error"]
         assert found[rank]["culprits"] == [1], error
         assert re.search(rf"global rank 1 on host \S+ \(pid {found[1]['pid']}\) was killed", error)
+
+
+EXIT_AT_ONCE_RUNS = int(os.environ.get("GANGMESH_ROOT_CAUSE_RUNS", "3"))
+
+
+@pytest.mark.parametrize("attempt", range(EXIT_AT_ONCE_RUNS))
+def test_survivors_that_exit_at_once_still_leave_the_root_cause_to_the_rank_that_raised(
+    tmp_path, attempt
+):
+    # each survivor catches the GangError and ends with os._exit(1) at once, no exit handler
+    # run; default torchrun settings. Rank 3, still ending of its own error when torchrun
+    # stops the others, blames nobody and ends with its own status. On demand, at length:
+    # GANGMESH_ROOT_CAUSE_RUNS=20 python -m pytest -q tests/dist/test_culprit.py -k exit_at_once
+    run = torchrun("culprit.py", 4, str(tmp_path), "raise", "catch-exit-at-once", timeout=150)
+    assert run.returncode != 0, run.output
+    root_cause = run.output.split("Root Cause (first observed failure):", 1)[-1]
+    assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
+    assert "ValueError: step 5: the loss is NaN" in root_cause, run.output
+    assert "global rank 3 stopped (SIGTERM)" not in run.output, run.output

@@ -38,6 +38,8 @@ RERUN_ELSEWHERE = {
     ("howto.rst", "Root Cause"): "dist/test_culprit.py",
     ("howto.rst", "# killed while the default group connects"): "dist/test_setup_deaths.py",
     ("howto.rst", "# rank 3 broadcasts on its tp gang"): "dist/test_desync.py",
+    ("howto.rst", "# rank 3 killed before its forward"): "dist/test_training_faults.py",
+    ("howto.rst", "# trained outside"): "dist/test_training_faults.py",
     (
         "parts.rst",
         "$ torchrun --nproc-per-node 8 docs/examples/two_models.py",
