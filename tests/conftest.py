@@ -5,6 +5,11 @@ import os
 import pytest
 from hypothesis import settings
 
+# Every world the suite starts means gloo on CPU, also where CUDA is available: processes
+# that leave the device to gangmesh's default take cpu (GANGMESH_DEVICE), here and in every
+# process the tests start. The tests of NCCL (tests/gpu) name their devices.
+os.environ["GANGMESH_DEVICE"] = "cpu"
+
 # pytester runs pytest sessions in a temporary directory (tests of the gangmesh pytest plugin).
 pytest_plugins = ["pytester"]
 

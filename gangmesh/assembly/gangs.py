@@ -315,7 +315,7 @@ class Gangs(Mapping[str, Gang]):
         if entered and entered[-1] is self:
             entered.pop()
         named = None if exc is None else faults.consequence(exc)
-        if named is not None and named.culprits:
+        if named is not None:
             raise named from exc
 
     def close(self) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+import urllib.parse
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, final
 
@@ -29,6 +31,10 @@ log = logging.getLogger("gangmesh")
 
 GROUP_VARIABLE = "GANGMESH_REPLICA_GROUP"
 """Environment variable with this launch's replica group number, where ``group`` is not given."""
+_REACH_BOUND = 5.0
+"""Seconds rank 0 tries to connect to a lighthouse that refuses (it may be starting)."""
+_RECONNECT = 0.1
+"""Seconds between two tries."""
 LIGHTHOUSE_VARIABLE = "TORCHFT_LIGHTHOUSE"
 """torchft's environment variable with the lighthouse's address."""
 
@@ -168,7 +174,7 @@ def join_replicas(
     ft = torchft()
     if not isinstance(root_gang, ProcessGroupGang):
         raise ValueError(f"root_gang: expected the gang of setup_root_gang(), got {root_gang!r}")
-    address = _lighthouse_address(lighthouse)
+    address = lighthouse_address(lighthouse)
     number = _group_number(group)
     min_replicas = check_positive("min_replicas", min_replicas)
     timeout = check_timeout(timeout) or root_gang.timeout
@@ -182,21 +188,26 @@ def join_replicas(
                   quorum_timeout=quorum_timeout, connect_timeout=quorum_timeout,
                   rank=root_gang.rank, world_size=root_gang.size, lighthouse_addr=address,
                   replica_id=f"replica_group_{number}")  # fmt: skip
-    store, manager, failure = None, None, ""
+    store, manager = None, None
+    answer: list[Any] = ["", "", None, None]  # unreachable, torchft's failure, host, port
     if root_gang.rank == 0:
+        answer[0] = _check_reachable(address, min(_REACH_BOUND, quorum_timeout.total_seconds()))
+    if root_gang.rank == 0 and not answer[0]:
         store = dist.TCPStore(  # type: ignore[attr-defined]
             "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=timeout
         )
-        where = [socket.gethostname(), store.port]
+        answer[2:] = [socket.gethostname(), store.port]
         try:
-            manager = ft.Manager(store_addr=where[0], store_port=where[1], **common)
+            manager = ft.Manager(store_addr=answer[2], store_port=answer[3], **common)
         except RuntimeError as ex:  # torchft's Manager server cannot reach the lighthouse
-            failure = str(ex).split(";", 1)[0]  # torchft's reason, without its advice
-        answer: list[Any] = [failure, *where]
-    else:
-        answer = [None, None, None]
+            answer[1] = str(ex).split(";", 1)[0]  # torchft's reason, without its advice
     root_gang.broadcast_objects(answer)
-    failure, host, port = answer
+    unreachable, failure, host, port = answer
+    if unreachable:
+        raise GangError(
+            f"join_replicas: the lighthouse at {address} cannot be reached: {unreachable}; "
+            f"start one with torchft_lighthouse or gangmesh.start_lighthouse"
+        )
     if failure:
         seconds = f"{quorum_timeout.total_seconds():g}"
         raise GangError(
@@ -219,8 +230,13 @@ def _no_flight_recorder(record: logging.LogRecord) -> bool:
     return "flight recorder" not in record.getMessage()
 
 
-def _lighthouse_address(given: str | None) -> str:
-    """``given`` or torchft's variable, as ``http://host:port``."""
+def lighthouse_address(given: str | None) -> str:
+    """``given`` or torchft's variable, as ``http://host:port``.
+
+    :raises ValueError: neither is given, or the address is not ``host:port`` or
+        ``http(s)://host:port``.
+    """
+    name = "lighthouse" if given is not None else LIGHTHOUSE_VARIABLE
     address = given if given is not None else os.environ.get(LIGHTHOUSE_VARIABLE)
     if not isinstance(address, str) or not address.strip():
         raise ValueError(
@@ -228,7 +244,40 @@ def _lighthouse_address(given: str | None) -> str:
             f"set, got {address!r}"
         )
     address = address.strip()
-    return address if "://" in address else f"http://{address}"
+    full = address if "://" in address else f"http://{address}"
+    parts = urllib.parse.urlsplit(full)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    extra = parts.path.strip("/") or parts.query or any(c.isspace() for c in address)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port or extra:
+        raise ValueError(
+            f"{name}: expected the lighthouse's address as host:port or http://host:port "
+            f"(such as 127.0.0.1:29510), got {address!r}"
+        )
+    return full
+
+
+def _check_reachable(address: str, bound: float) -> str:
+    """Why the lighthouse at ``address`` cannot be reached ("" where it takes a connection):
+    its host has no address, or nothing listens on its port for ``bound`` seconds (a
+    lighthouse that is starting)."""
+    parts = urllib.parse.urlsplit(address)
+    host, port = parts.hostname or "", parts.port or 0
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as ex:
+        return f"its host {host!r} has no address ({ex.strerror or ex})"
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, bound)):
+                return ""
+        except OSError as ex:
+            if time.monotonic() >= deadline:
+                return f"nothing answers at {host}:{port} ({ex.strerror or ex})"
+        time.sleep(_RECONNECT)  # a lighthouse that is starting binds its port soon
 
 
 def _group_number(given: int | None) -> int:

@@ -49,12 +49,14 @@ def setup_root_gang(
     name the ranks that did not arrive.
 
     :param device: this process's device; default: ``cuda:LOCAL_RANK`` where CUDA is
-        available, else ``cpu`` (for a default group already started: its backend's).
+        available (one GPU per process of the node), else ``cpu`` (for a default group
+        already started: its backend's).
     :param timeout: bound of every wait, here and in the groups made later.
     :param monitored: whether barriers name the ranks that did not arrive.
     :param high_priority: whether NCCL uses high-priority streams.
-    :raises ValueError: an inconsistent environment, an unsupported device, or
-        processes that asked for different timeouts or devices.
+    :raises ValueError: an inconsistent environment, an unsupported device, more processes
+        on the node than GPUs where the device is left to the default, or processes that
+        asked for different timeouts or devices.
     :raises GangError: the store or the process group cannot start in time.
     """
     if device is not None and not isinstance(device, torch.device):
@@ -69,7 +71,8 @@ def setup_root_gang(
             device, timeout=timeout, monitored=monitored, high_priority=high_priority
         )
     env = read_launch_environment()
-    device = device or default_device(env.local_rank if env else 0)
+    place = (env.local_rank, env.local_world_size) if env else (0, 1)
+    device = device or default_device(*place)
     backend = backend_for(device)  # validates the device type before anything starts
     timeout = timeout or DEFAULT_TIMEOUT
     if env is None or env.world_size == 1:

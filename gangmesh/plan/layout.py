@@ -15,7 +15,7 @@ from typing import Any
 from typing_extensions import TypedDict, Unpack, final, override
 
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_positive, is_int
-from gangmesh.plan.dim_keywords import with_keywords
+from gangmesh.plan.dim_keywords import closest, with_keywords
 from gangmesh.plan.dims import DENSE_DIMS, FACTS, MEGATRON_NAMES, SIZE_NAMES, Dim
 
 OrderArg = Sequence[str] | str | None
@@ -206,9 +206,22 @@ def parse_order(order: OrderArg) -> tuple[Dim, ...]:
     names = tuple(name.strip() if isinstance(name, str) else name for name in names)
     if sorted(map(str, names)) != sorted(DENSE_DIMS) or len(set(names)) != len(names):
         raise ValueError(
-            f"order: expected each of {', '.join(DENSE_DIMS)} once, outermost first, got {order!r}"
+            f"order: expected each of {', '.join(DENSE_DIMS)} once, outermost first, got "
+            f"{order!r}{_order_hint(names)}"
         )
     return tuple(Dim(name) for name in names)
+
+
+def _order_hint(names: tuple[object, ...]) -> str:
+    """ "; did you mean dp_shard for dp_shrad?" for each misspelt name of an order."""
+    valid = [str(dim) for dim in DENSE_DIMS]
+    guesses = [
+        f"{guess} for {name}"
+        for name in names
+        if isinstance(name, str) and name not in valid
+        and (guess := closest(name, valid)) is not None and guess not in names
+    ]  # fmt: skip
+    return f"; did you mean {', '.join(guesses)}?" if guesses else ""
 
 
 def _parse_megatron(order: str) -> tuple[Dim, ...]:

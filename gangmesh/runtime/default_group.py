@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from gangmesh.runtime import _c10d, faults
+from gangmesh.runtime.environment import DEVICE_VARIABLE, wanted_device_type
 from gangmesh.runtime.gang import GangError
 
 if TYPE_CHECKING:
@@ -22,11 +23,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("gangmesh")
 
 
-def default_device(local_rank: int = 0) -> torch.device:
-    """cuda:LOCAL_RANK when CUDA is available, else cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
+def default_device(local_rank: int = 0, local_world_size: int = 1) -> torch.device:
+    """cuda:LOCAL_RANK where torch sees GPUs, else cpu; one GPU per local process.
+    ``GANGMESH_DEVICE`` (cpu or cuda) chooses instead (a test suite's gloo worlds on a GPU
+    machine say cpu).
+
+    :raises ValueError: more processes on this node than GPUs (NCCL refuses two ranks on one
+        GPU), GANGMESH_DEVICE=cuda where torch sees no GPU, or another GANGMESH_DEVICE;
+        before anything starts.
+    """
+    wanted = wanted_device_type()
+    if wanted == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0 and wanted == "cuda":
+        raise ValueError(f"{DEVICE_VARIABLE}: cuda, but torch sees no GPU on this machine")
+    if count == 0:
+        return torch.device("cpu")
+    if local_world_size > count or local_rank >= count:
+        gpus = "GPU" if count == 1 else "GPUs"
+        raise ValueError(
+            f"device: LOCAL_WORLD_SIZE={local_world_size} processes on this node "
+            f"(this one LOCAL_RANK={local_rank}), but torch sees {count} {gpus}, and NCCL "
+            f"needs a GPU of its own for each: start one process per GPU (--nproc-per-node "
+            f"{count}), make more GPUs visible (CUDA_VISIBLE_DEVICES), or pass "
+            f"device=torch.device('cpu') to run on gloo"
+        )
+    return torch.device("cuda", local_rank)
 
 
 def backend_for(device: torch.device) -> str:

@@ -38,6 +38,21 @@ class LaunchEnvironment:
         return f"tcp://{self.master_addr}:{self.master_port}"
 
 
+DEVICE_VARIABLE = "GANGMESH_DEVICE"
+"""The device type a process takes where its program names none: "cpu" or "cuda"."""
+
+
+def wanted_device_type(env: Mapping[str, str] | None = None) -> str | None:
+    """The device type GANGMESH_DEVICE asks for ("cpu" or "cuda"); None where it is unset.
+
+    :raises ValueError: another value.
+    """
+    value = (os.environ if env is None else env).get(DEVICE_VARIABLE, "").strip()
+    if value not in ("", "cpu", "cuda"):
+        raise ValueError(f"{DEVICE_VARIABLE}: expected cpu or cuda, got {value!r}")
+    return value or None
+
+
 def read_launch_environment(env: Mapping[str, str] | None = None) -> LaunchEnvironment | None:
     """Read torchrun's or SLURM's variables; None when neither describes a job.
 

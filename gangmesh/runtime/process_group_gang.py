@@ -196,7 +196,8 @@ class ProcessGroupGang(GroupGang):
             return cls.from_default_process_group(device, timeout=timeout, monitored=monitored)
         if device is None:
             env = read_launch_environment()
-            device = default_group.default_device(env.local_rank if env else 0)
+            place = (env.local_rank, env.local_world_size) if env else (0, 1)
+            device = default_group.default_device(*place)
         return cls.create_default_process_group(device, timeout=timeout, monitored=monitored)
 
     @classmethod

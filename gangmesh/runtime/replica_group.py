@@ -6,6 +6,9 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import logging
+import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -16,11 +19,24 @@ import torch
 INSTALL_HINT = "pip install 'gangmesh[ft]'"
 
 
+_TORCHFT_LOGGERS = ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors")
+"""torchft's Python loggers: a few INFO lines per step and replica group."""
+
+
 def torchft() -> ModuleType:
-    """The torchft package.
+    """The torchft package, its per-step INFO logging quiet unless gangmesh's logger is at
+    INFO or below: its Rust side's (``RUST_LOG`` "warn" unless set, read once, as torchft is
+    first imported) and its Python loggers' (WARNING, unless the program set their levels).
 
     :raises ImportError: torchft is not installed, saying how to install it.
     """
+    if not logging.getLogger("gangmesh").isEnabledFor(logging.INFO):
+        if "torchft" not in sys.modules:
+            os.environ.setdefault("RUST_LOG", "warn")
+        for name in _TORCHFT_LOGGERS:
+            logger = logging.getLogger(name)
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.WARNING)
     try:
         return importlib.import_module("torchft")
     except ImportError as ex:

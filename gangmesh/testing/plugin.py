@@ -72,6 +72,12 @@ the link; after each test the link is whole again. The world's hosts are removed
 it. Where hosts cannot be made (not Linux, not root, no ``unshare``, ``nsenter``, ``ip``
 or ``mount``, or the kernel refuses), such a test is skipped with the reason.
 
+``device`` (default ``"cpu"``) is the device the world means, said to every rank in
+``GANGMESH_DEVICE``: with ``"cpu"`` the world is gloo on CPU also on a machine with GPUs, so
+code under test that calls ``gm.setup_root_gang()`` without a device takes cpu too; with
+``"cuda"`` each rank takes ``cuda:LOCAL_RANK`` and NCCL, and the test is skipped where a host
+has fewer GPUs than processes.
+
 ``timeout`` (seconds, default 120) bounds the whole run, process start included. When
 it expires, the ranks still running are killed with every process they started, and the
 test fails naming them, with the stack of each, written just before the deadline. Once a
@@ -142,8 +148,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(n, hosts=1, numbering='consecutive', timeout={DEFAULT_TIMEOUT:g}): run "
-        "the test once in each of n processes that form a gloo world, on that many hosts "
+        f"{MARKER}(n, hosts=1, numbering='consecutive', device='cpu', "
+        f"timeout={DEFAULT_TIMEOUT:g}): run the test once in each of n processes that form a "
+        "gloo world (device='cuda': NCCL, one GPU per process), on that many hosts "
         "(network namespaces; ranks numbered consecutive or round_robin over them); fixture "
         "root_gang: that world's root gang; see gangmesh.testing.plugin",
     )
@@ -240,8 +247,10 @@ def root_gang(request: pytest.FixtureRequest) -> Iterator[Gang]:
 
     from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = os.environ.get("GANGMESH_DEVICE") == "cuda"
     gang = ProcessGroupGang.create_default_process_group(
-        torch.device("cpu"),
+        torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
         timeout=timedelta(seconds=world.timeout),
         init_method=world.init_method or f"file://{world.store}",
         rank=world.rank,
@@ -304,6 +313,12 @@ class GangmeshWorldItem(pytest.Item):
     @override
     def runtest(self) -> None:
         shape, timeout = _marker_arguments(self.get_closest_marker(MARKER))
+        if shape.device == "cuda":
+            import torch
+
+            gpus = torch.cuda.device_count()
+            if gpus < shape.per_host:
+                pytest.skip(f"{shape.describe()}: {shape.per_host} GPUs wanted, {gpus} seen")
         if shape.hosts > 1:
             why = namespaces_unavailable()
             if why:
@@ -337,12 +352,12 @@ def _server(config: pytest.Config) -> ForkServer:
 def _marker_arguments(marker: pytest.Mark | None) -> tuple[WorldShape, float]:
     """The shape and timeout of a ``gangmesh_world`` marker; the test fails on bad ones."""
     assert marker is not None
-    unknown = sorted(set(marker.kwargs) - {"timeout", "hosts", "numbering"})
+    unknown = sorted(set(marker.kwargs) - {"timeout", "hosts", "numbering", "device"})
     size = marker.args[0] if len(marker.args) == 1 else None
     timeout = marker.kwargs.get("timeout", DEFAULT_TIMEOUT)
     if unknown or not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
         raise WorldFailed(
-            f"{MARKER}: expected {MARKER}(n, hosts=1, numbering='consecutive', "
+            f"{MARKER}: expected {MARKER}(n, hosts=1, numbering='consecutive', device='cpu', "
             f"timeout=seconds) with an int n >= 1, got args={marker.args!r} "
             f"kwargs={marker.kwargs!r}"
         )
@@ -359,6 +374,7 @@ def _marker_arguments(marker: pytest.Mark | None) -> tuple[WorldShape, float]:
             size,
             hosts=marker.kwargs.get("hosts", 1),
             numbering=marker.kwargs.get("numbering", "consecutive"),
+            device=marker.kwargs.get("device", "cpu"),
         )
     except ValueError as ex:
         raise WorldFailed(f"{MARKER}({size}, ...): {ex}") from None

@@ -231,7 +231,7 @@ def _run(
         env = (
             world.shape.environment(member.rank, master, port)
             if master
-            else rank_environment(member.rank, world.size, port)
+            else rank_environment(member.rank, world.size, port, world.shape.device)
         )
         command = {"world": dataclasses.asdict(place), "env": env, "log": str(end.log)}
         member.stream.write(json.dumps(command).encode() + b"\n")

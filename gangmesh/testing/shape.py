@@ -1,11 +1,13 @@
-"""The shape of a test world: how many processes, on how many hosts, numbered how.
+"""The shape of a test world: how many processes, on how many hosts, numbered how, on which
+device.
 
 A world of ``size`` processes on ``hosts`` hosts puts ``size // hosts`` processes on each.
 ``"consecutive"`` numbering gives a host consecutive ranks, as torchrun numbers them
 (host 0: ranks 0 to k-1); ``"round_robin"`` deals the ranks out host by host, as some
 schedulers do (SLURM's cyclic distribution: host 0 holds ranks 0, H, 2H, ...). The
-variables each process gets are those a launcher would set on its host. Imports
-neither torch nor the rest of gangmesh.
+variables each process gets are those a launcher would set on its host, and
+``GANGMESH_DEVICE``: ``"cpu"`` (gloo, whatever GPUs the machine has) or ``"cuda"`` (NCCL, one
+GPU per process of a host). Imports neither torch nor the rest of gangmesh.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ __all__ = ["NUMBERINGS", "WorldShape"]
 
 NUMBERINGS = ("consecutive", "round_robin")
 """How ranks may be numbered over the hosts."""
+DEVICES = ("cpu", "cuda")
+"""The devices a world may run on."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class WorldShape:
     size: int
     hosts: int = 1
     numbering: str = "consecutive"
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         for name in ("size", "hosts"):
@@ -46,6 +51,8 @@ class WorldShape:
             )
         if self.numbering not in NUMBERINGS:
             raise ValueError(f"numbering: expected one of {NUMBERINGS}, got {self.numbering!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device: expected one of {DEVICES}, got {self.device!r}")
 
     @property
     def per_host(self) -> int:
@@ -66,10 +73,11 @@ class WorldShape:
 
     def describe(self) -> str:
         """How the marker spells this shape."""
+        device = "" if self.device == "cpu" else f", device={self.device!r}"
         if self.hosts == 1:
-            return f"gangmesh_world({self.size})"
+            return f"gangmesh_world({self.size}{device})"
         numbering = "" if self.numbering == "consecutive" else f", numbering={self.numbering!r}"
-        return f"gangmesh_world({self.size}, hosts={self.hosts}{numbering})"
+        return f"gangmesh_world({self.size}, hosts={self.hosts}{numbering}{device})"
 
     def environment(self, rank: int, master: str, port: int) -> dict[str, str]:
         """The variables torchrun would give ``rank`` on its host, the store at
@@ -84,4 +92,5 @@ class WorldShape:
             "ROLE_WORLD_SIZE": str(self.size),
             "MASTER_ADDR": master,
             "MASTER_PORT": str(port),
+            "GANGMESH_DEVICE": self.device,
         }

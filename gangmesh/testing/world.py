@@ -103,10 +103,11 @@ def rank_server(config: pytest.Config) -> ForkServer:
     return ForkServer(_PRELOAD, env=env, cwd=config.rootpath)
 
 
-def rank_environment(rank: int, size: int, port: int) -> dict[str, str]:
+def rank_environment(rank: int, size: int, port: int, device: str = "cpu") -> dict[str, str]:
     """The variables torchrun would give rank ``rank`` of ``size`` on this machine, gloo
-    bound to the loopback interface."""
+    bound to the loopback interface; GANGMESH_DEVICE says ``device``."""
     return {
+        "GANGMESH_DEVICE": device,
         "RANK": str(rank),
         "WORLD_SIZE": str(size),
         "LOCAL_RANK": str(rank),
@@ -258,7 +259,7 @@ def _start(
     env = clean_environment(hosts=bed is not None)
     command = pytest_command(config, [target], base / f"rank{world.rank}-tmp")
     if bed is None:
-        env.update(rank_environment(world.rank, world.size, port))
+        env.update(rank_environment(world.rank, world.size, port, shape.device))
     else:
         host = bed.hosts[shape.host_of(world.rank)]
         env.update(shape.environment(world.rank, bed.hosts[0].address, port))

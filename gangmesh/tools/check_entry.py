@@ -66,6 +66,13 @@ def _check_replica_options(args: argparse.Namespace, launched: bool) -> None:
         )
     if groups is not None and groups < 1:
         raise Failure(f"--replica-groups: expected an int >= 1, got {groups}")
+    if lighthouse is not None:
+        from gangmesh.assembly.replicas import lighthouse_address  # torch: not for `plan`
+
+        try:
+            lighthouse_address(lighthouse)
+        except ValueError as ex:
+            raise Failure(f"--{ex}") from ex
     if args.dp_replicate != 1:
         raise Failure(
             f"--dp-replicate: expected 1 with replica groups (the groups are the replicate "

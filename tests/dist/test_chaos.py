@@ -6,8 +6,10 @@ Each trial draws, from a generator seeded by the trial's seed:
   (workers/train_faults.py): FSDP2 HSDP (2 x 2), tensor parallel x FSDP2 (2 x 2) or a 2-stage
   pipeline schedule beside data parallel 2, where most collectives are torch's own;
 - the victim, any of 4 ranks;
-- the kind of fault: an exception, an exit, SIGKILL, SIGSTOP, or a hang (alive, it stops
-  entering collectives);
+- the kind of fault: an exception, an exit, SIGKILL, SIGSTOP, a hang (alive, it stops
+  entering collectives), or a desync (an all-reduce of its own on the root gang that no peer
+  makes; in gang loops and HSDP, not in setup: a pipeline's batched sends and DTensor's
+  functional collectives raise where no group shows, so no calls are compared there);
 - the moment: 0 to 0.4 s from the start of setup (inside ``setup_root_gang``, gloo's connect
   included, inside ``create_gangs``, FSDP2's wrapping, or the first steps), struck by a thread
   of the victim wherever its main thread is; in a gang loop, 0 to 1.5 s into the loop; in
@@ -66,6 +68,7 @@ FATES = {
     "sigkill": r"was killed by SIGKILL|is gone: it exited or was killed",
     "sigstop": r"is stopped \(SIGSTOP, SIGTSTP or a debugger\)|was killed by SIGKILL",
     "hang": r"did not take part and have not said why|took no part in the collective",
+    "desync": r"collectives do not match: global rank \d+ is in all_reduce\(SUM\) on \[3\] ",
 }
 LAUNCHERS = ("torchrun", "torchrun-monitor-above-timeout", "bare")
 JOBS = ("gangs", "hsdp", "tp_fsdp", "pp")
@@ -89,6 +92,8 @@ class Trial:
         job = rng.choice(JOBS)
         phases = ["loop"] if job == "gangs" else ["forward", "backward", "optimizer"]
         moment = rng.choice(["setup", *phases])
+        desync = moment != "setup" and job in ("gangs", "hsdp")
+        kinds = [k for k in sorted(FATES) if k != "desync" or desync]
         later = rng.random() < 0.5
         delay = 0.4 if moment == "setup" else 1.5 if job == "gangs" else 0.3 if later else 0
         endings = ["raise", "catch"] if job == "gangs" else ["raise", "catch", "torch"]
@@ -96,7 +101,7 @@ class Trial:
             seed,
             job=job,
             victim=rng.randrange(4),
-            kind=rng.choice(sorted(FATES)),
+            kind=rng.choice(kinds),
             delay=round(rng.uniform(0.0, delay), 3),
             ending=rng.choice(endings),
             launcher=rng.choice(LAUNCHERS),
@@ -137,6 +142,9 @@ def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
             pass  # it broke before it reached the job's store: nothing more is known of it
         elif trial.kind == "hang" and "took no part" not in error:  # alive, unnamed
             assert re.search(rf"global ranks \[{trial.victim}\]\)? on {host} ", error), error
+        elif trial.kind == "desync":  # named with the call it is in
+            assert re.search(FATES["desync"], error), error
+            assert f"global rank {trial.victim} is in all_reduce(SUM) on [3] " in error, error
         else:
             assert f"global rank {trial.victim} on host {host} (pid {victim['pid']}) " in error, (
                 error

@@ -171,3 +171,14 @@ def test_survivors_that_exit_at_once_still_leave_the_root_cause_to_the_rank_that
     assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
     assert "ValueError: step 5: the loss is NaN" in root_cause, run.output
     assert "global rank 3 stopped (SIGTERM)" not in run.output, run.output
+
+
+def test_a_survivor_stopped_as_it_ends_keeps_its_own_exit_status(tmp_path, quiet_host):
+    # each survivor catches the GangError, is sent SIGTERM (as torchrun stops the others once
+    # one ended), then ends with sys.exit(7): 7 it is, without a stop line
+    run = bare_processes("culprit.py", 4, str(tmp_path), "raise", "catch-stopped-exit-7",
+                         timeout=150, host=quiet_host)  # fmt: skip
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    assert run.returncode == 7, run.output
+    assert "stopped (SIGTERM)" not in run.output, run.output

@@ -313,3 +313,46 @@ def test_fresh_ranks_run_the_same_tests_as_new_interpreters(
     recorder = pytester.inline_run("-p", "no:cacheprovider", "--gangmesh-fresh-ranks")
     recorder.assertoutcome(passed=1)
     assert {p.read_text() for p in tmp_path.iterdir()} == {str(os.getpid())}
+
+
+@needs_proc
+def test_a_world_means_cpu_also_where_cuda_looks_available(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    # the user's suite sets nothing; inside the world, code under test that leaves the device
+    # to setup_root_gang takes cpu even where torch says CUDA is there (stand-ins here)
+    monkeypatch.delenv("GANGMESH_DEVICE", raising=False)
+    recorder = run_inline(
+        pytester,
+        """
+        import os
+
+        import pytest
+        import torch
+        import gangmesh as gm
+
+        @pytest.mark.gangmesh_world(2)
+        def test_default_device(monkeypatch):
+            monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+            monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+            assert os.environ["GANGMESH_DEVICE"] == "cpu"
+            root = gm.setup_root_gang()
+            assert root.device == torch.device("cpu")
+            root.barrier()
+            root.close()
+
+        @pytest.mark.gangmesh_world(2, device="cuda")
+        def test_on_gpus(root_gang):
+            assert root_gang.device.type == "cuda"
+        """,
+    )
+    recorder.assertoutcome(passed=1, skipped=1 if not torch_sees_two_gpus() else 0)
+    if not torch_sees_two_gpus():
+        skipped = report_of(recorder, "test_on_gpus")
+        assert "gangmesh_world(2, device='cuda'): 2 GPUs wanted" in str(skipped.longrepr)
+
+
+def torch_sees_two_gpus() -> bool:
+    import torch
+
+    return torch.cuda.device_count() >= 2

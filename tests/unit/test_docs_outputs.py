@@ -40,6 +40,7 @@ RERUN_ELSEWHERE = {
     ("howto.rst", "# rank 3 broadcasts on its tp gang"): "dist/test_desync.py",
     ("howto.rst", "# rank 3 killed before its forward"): "dist/test_training_faults.py",
     ("howto.rst", "# trained outside"): "dist/test_training_faults.py",
+    ("howto.rst", "ValueError: device: LOCAL_WORLD_SIZE"): "unit/test_default_device.py",
     (
         "parts.rst",
         "$ torchrun --nproc-per-node 8 docs/examples/two_models.py",

@@ -139,9 +139,9 @@ def test_another_call_of_the_same_gang_is_a_mismatch_whatever_the_others_do():
     server = served_store()
     set_call(server, 3, call(TP23, "broadcast(source_rank=0)"))
     found = reading(server, 2).mismatched(2, call(TP23))
-    assert found == ((3, call(TP23, "broadcast(source_rank=0)")),)
+    assert found == (((3, call(TP23, "broadcast(source_rank=0)")),), (3,))
     set_call(server, 3, call(TP23, number=5))  # one call ahead on the gang
-    assert reading(server, 2).mismatched(2, call(TP23)) == ((3, call(TP23, number=5)),)
+    assert reading(server, 2).mismatched(2, call(TP23)) == (((3, call(TP23, number=5)),), (3,))
 
 
 def test_waits_in_other_gangs_are_a_mismatch_only_where_they_come_back_in_a_cycle():
@@ -150,8 +150,8 @@ def test_waits_in_other_gangs_are_a_mismatch_only_where_they_come_back_in_a_cycl
     set_call(server, 1, call(DP13))
     set_call(server, 3, call(TP23))
     assert reading(server, 0).mismatched(0, call(TP01)) is None  # rank 2 has not said yet
-    set_call(server, 2, call(DP02))
-    assert reading(server, 0).mismatched(0, call(TP01)) == ((1, call(DP13)),)
+    set_call(server, 2, call(DP02))  # every rank waits for one: nobody is singled out
+    assert reading(server, 0).mismatched(0, call(TP01)) == (((1, call(DP13)),), ())
 
 
 def test_a_wait_that_leads_to_a_rank_in_no_collective_is_no_mismatch():
@@ -160,3 +160,34 @@ def test_a_wait_that_leads_to_a_rank_in_no_collective_is_no_mismatch():
     server = served_store()
     set_call(server, 2, call(TP23))
     assert reading(server, 0).mismatched(0, call(DP02)) is None
+
+
+def test_a_wait_behind_a_blocked_rank_follows_the_chain_to_the_calls_that_differ():
+    # rank 0 waits in dp for rank 2, which waits in tp for rank 3's odd broadcast: rank 0
+    # names the two calls of tp that differ, not rank 2 alone
+    server = served_store()
+    set_call(server, 2, call(TP23))
+    set_call(server, 3, call(TP23, "broadcast(source_rank=0)"))
+    found = reading(server, 0).mismatched(0, call(DP02))
+    assert found == (((2, call(TP23)), (3, call(TP23, "broadcast(source_rank=0)"))), (2, 3))
+
+
+WORLD = ("dp", (0, 1, 2, 3))
+
+
+def test_a_call_of_its_own_on_a_gang_nobody_else_is_in_is_named_by_every_rank_behind_it():
+    # FSDP2's HSDP 2 x 2: rank 1 makes an all-reduce of its own on the whole dp gang; rank 0
+    # waits in dp_shard for rank 1, rank 2 in dp_replicate for rank 0, rank 3 in dp_replicate
+    # for rank 1. Rank 1 waits for every member: it is the one named, also by rank 2
+    server = served_store()
+    shard01, replicate02, replicate13 = ("dp_shard", (0, 1)), ("dp_replicate", (0, 2)), (
+        "dp_replicate", (1, 3))  # fmt: skip
+    set_call(server, 0, call(shard01, "all_gather_single", 21))
+    set_call(server, 1, call(WORLD, number=1))
+    set_call(server, 3, call(replicate13, "all_reduce", 7))
+    found = reading(server, 2).mismatched(2, call(replicate02, "all_reduce", 7))
+    assert found == (((1, call(WORLD, number=1)),), (1,))
+    # rank 1 itself learns that it is the one: alone in its call, beside the members it waits for
+    set_call(server, 2, call(replicate02, "all_reduce", 7))
+    pairs, root = reading(server, 1).mismatched(1, call(WORLD, number=1))
+    assert root == (1,) and [rank for rank, _ in pairs] == [1, 0, 2, 3]

@@ -42,6 +42,22 @@ def test_bad_layouts_are_refused_with_the_planners_messages(kwargs, message):
 
 
 @pytest.mark.parametrize(
+    ("order", "hint"),
+    [
+        ("pp,dp_replicate,dp_shrad,cp,tp", "; did you mean dp_shard for dp_shrad?"),
+        (["pp", "dp_replicate", "dp_shard", "context", "tp"], "; did you mean cp for context?"),
+        (
+            "pp, dp_replicat, dp_shard, cp, tensor",
+            "; did you mean dp_replicate for dp_replicat, tp for tensor?",
+        ),
+    ],
+)
+def test_a_misspelt_name_of_an_order_gets_the_name_it_meant(order, hint):
+    with pytest.raises(ValueError, match=re.escape(hint) + "$"):
+        MeshTopology(8, order=order)
+
+
+@pytest.mark.parametrize(
     ("megatron", "order"),
     [
         ("tp-cp-ep-dp-pp", DENSE_DIMS),

@@ -49,7 +49,10 @@ def test_the_plugin_loads_from_its_entry_point_without_torch():
 def test_the_marker_is_registered(pytester: pytest.Pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(
-        ["@pytest.mark.gangmesh_world(n, hosts=1, numbering='consecutive', timeout=120):*"]
+        [
+            "@pytest.mark.gangmesh_world(n, hosts=1, numbering='consecutive', device='cpu', "
+            "timeout=120):*"
+        ]
     )
 
 

@@ -4,12 +4,14 @@ join_replicas and start_lighthouse refuse before anything starts."""
 from __future__ import annotations
 
 import json
+import re
+import socket
 from datetime import timedelta
 
 import pytest
 
 import gangmesh as gm
-from gangmesh.assembly.replicas import _group_number, _lighthouse_address
+from gangmesh.assembly.replicas import _check_reachable, _group_number, lighthouse_address
 from gangmesh.tools.cli import main
 
 
@@ -55,11 +57,38 @@ def test_replica_groups_are_refused_beside_parts(capsys):
 
 def test_the_lighthouse_address_comes_from_the_argument_or_torchft_s_variable(monkeypatch):
     monkeypatch.setenv("TORCHFT_LIGHTHOUSE", "host0:29510")
-    assert _lighthouse_address(None) == "http://host0:29510"
-    assert _lighthouse_address("http://other:1") == "http://other:1"
+    assert lighthouse_address(None) == "http://host0:29510"
+    assert lighthouse_address("http://other:1") == "http://other:1"
     monkeypatch.delenv("TORCHFT_LIGHTHOUSE")
     with pytest.raises(ValueError, match=r"^lighthouse: expected the lighthouse's address"):
-        _lighthouse_address(None)
+        lighthouse_address(None)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["http//127.0.0.1:29510", "127.0.0.1", "127.0.0.1 :29510", "ftp://host:1", "host:0",
+     "host:99999", "http://host:1/path"],
+)  # fmt: skip
+def test_a_malformed_lighthouse_address_is_refused_before_anything_waits(address, monkeypatch):
+    expected = "lighthouse: expected the lighthouse's address as host:port or http://host:port"
+    with pytest.raises(ValueError, match="^" + re.escape(expected)):
+        lighthouse_address(address)
+    monkeypatch.setenv("TORCHFT_LIGHTHOUSE", address)
+    with pytest.raises(ValueError, match=r"^TORCHFT_LIGHTHOUSE: expected"):
+        lighthouse_address(None)
+    assert main(["check", "--nproc", "1", "--lighthouse", address]) == 2
+
+
+def test_a_lighthouse_that_cannot_be_reached_is_said_at_once():
+    assert "has no address" in _check_reachable("http://no-such-host.invalid:29510", 5.0)
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        assert "nothing answers at 127.0.0.1:" in _check_reachable(f"http://127.0.0.1:{port}", 0.2)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert _check_reachable(f"http://127.0.0.1:{listening.getsockname()[1]}", 0.2) == ""
 
 
 def test_the_group_number_comes_from_the_argument_or_the_variable(monkeypatch):

@@ -43,21 +43,23 @@ def gang_error(
     if found is not None and found.culprits:
         error.culprits = tuple(c.rank for c in found.culprits)
     elif found is not None and found.mismatched and reason is None:
-        error.culprits = tuple(rank for rank, _ in found.mismatched)
+        error.culprits = found.root or tuple(rank for rank, _ in found.mismatched)
     elif reason is not None:
         error.culprits = reason[1]
     elif found is not None:
         error.culprits = found.absent_global
-    record(error, failed_at)
+    own = found is not None and found.me is not None and found.root == (found.me,)
+    record(error, failed_at, own)
     if error_files.own_path():  # torchrun counts the culprits first only if they end first
         error_files.let_culprits_end(_CULPRITS_END)
     return error
 
 
-def record(error: GangError, failed_at: float) -> None:
+def record(error: GangError, failed_at: float, own: bool = False) -> None:
     """Where ``error`` (which ended a wait at ``failed_at``) names culprits, say so in this
-    process's torchelastic error file, dated after the culprits' own files, whether or not
-    this process lets the error go uncaught."""
-    if error.culprits and error_files.own_path():
+    process's torchelastic error file, dated after the culprits' own files (before the
+    others', where it names this process itself: ``own``), whether or not this process lets
+    the error go uncaught; not where a survivor named this process as a culprit first."""
+    if error.culprits and error_files.own_path() and not error_files.named_by_a_survivor():
         text = f"GangError: {error}"
-        error_files.write(error_files.own_path(), text, text, failed_at + 1)
+        error_files.write(error_files.own_path(), text, text, failed_at + (-1 if own else 1))

@@ -64,7 +64,13 @@ class Explanation:
     mine: Call | None = None
     """The call this process failed in, where members are in other calls."""
     mismatched: tuple[tuple[int, Call], ...] = ()
-    """The members in another call than ``mine``: global rank, and that call."""
+    """The ranks in other calls than ``mine``: global rank, and that call (this process
+    first, where it is the one in a call of its own)."""
+    root: tuple[int, ...] = ()
+    """The global ranks the waits single out as those whose calls do not match; empty where
+    they only name the members this process waits for."""
+    me: int | None = None
+    """This process's global rank, where it is named among ``mismatched``."""
 
     @override
     def __str__(self) -> str:
@@ -72,8 +78,15 @@ class Explanation:
             return "; ".join(map(str, self.culprits))
         if self.mine is not None and self.mismatched:
             theirs = "; ".join(
-                f"global rank {rank} is in {call.text(self.mine)}" for rank, call in self.mismatched
+                f"global rank {rank} is in {call.text(self.mine)}"
+                for rank, call in self.mismatched
+                if rank != self.me
             )
+            if self.root == (self.me,):
+                return (
+                    f"collectives do not match: this process alone is in {self.mine.text()}, "
+                    f"which its peers wait beside: {theirs}"
+                )
             return f"collectives do not match: {theirs}; this process is in {self.mine.text()}"
         if not self.absent_global:
             return ""

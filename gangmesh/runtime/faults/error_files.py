@@ -83,12 +83,31 @@ def write_for_unseen(rank: int, description: str, failed_at: float) -> None:
     write_for_culprit(path_of_local(rank), description, failed_at)
 
 
+_SEEN = " (seen by a survivor)"
+
+
 def write_for_culprit(path: str, description: str, failed_at: float) -> None:
-    """Write a culprit's file in its name, unless it wrote one itself (it raised)."""
-    if not path or os.path.exists(path):
+    """Write a culprit's file in its name, unless it wrote one of its own error (it raised):
+    one of a GangError it got too is replaced."""
+    if not path or (os.path.exists(path) and not _message(path).startswith("GangError: ")):
         return
-    what = f"{description} (seen by a survivor)"
+    what = f"{description}{_SEEN}"
     write(path, what, what, failed_at - 1)
+
+
+def named_by_a_survivor() -> bool:
+    """Whether a survivor wrote this process's own error file in its name: it is a culprit,
+    and its consequences (a GangError of its own) leave that file as it is."""
+    return _SEEN in _message(own_path())
+
+
+def _message(path: str) -> str:
+    """The message of the error file at ``path``; "" where there is none."""
+    try:
+        with open(path) as fp:
+            return str(json.load(fp)["message"]["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def for_culprits(culprits: list[Culprit], host: str, failed_at: float) -> None:

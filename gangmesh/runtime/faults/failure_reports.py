@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import gangmesh.runtime.faults.error_files as error_files
@@ -171,7 +172,30 @@ def explain(
     error_files.for_culprits(list(found.culprits), current.host, failed_at)
     if not found.culprits and found.absent_global and error_files.own_path():
         _end_hung(current, found.absent_global, failed_at)
+    singled = tuple((r, c) for r, c in found.mismatched if r in found.root and r != found.me)
+    if singled and error_files.own_path():
+        _name_mismatched(current, singled, failed_at)
     return found
+
+
+def _name_mismatched(
+    current: Channel, mismatched: tuple[tuple[int, Call], ...], failed_at: float
+) -> None:
+    """Under torchrun, write the error files of the ranks in calls that do not match on this
+    host in their name, and let them end first (each ends of its own GangError at its
+    timeout): torchrun then names them, not the ranks that waited for them."""
+    try:
+        here = {c.rank: c for c in current.here(tuple(r for r, _ in mismatched), REPORT_BOUND,
+                                                  hung=False)}  # fmt: skip
+    except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
+        log.debug("the job's failure reports cannot be read: %s", ex)
+        return
+    culprits = [
+        replace(here[rank], what=f"is in {call.text()}, which its peers are not in")
+        for rank, call in mismatched
+        if rank in here
+    ]
+    error_files.for_culprits(culprits, current.host, failed_at)
 
 
 def _end_hung(current: Channel, ranks: tuple[int, ...], failed_at: float) -> None:

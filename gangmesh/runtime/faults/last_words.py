@@ -74,6 +74,12 @@ def first_line(value: BaseException) -> str:
     return f"{type(value).__name__}: {lines[0]}" if lines else type(value).__name__
 
 
+def exiting() -> bool:
+    """Whether this process is ending by itself: its exit handlers run (a ``sys.exit(n)``,
+    the end of the program, or an uncaught error), and its status is its own."""
+    return _exited
+
+
 def dying_of_own_error() -> bool:
     """Whether this process is ending of an uncaught error of its own (not a consequence)."""
     return _own_error
@@ -86,14 +92,13 @@ def last_words(value: BaseException, tb: TracebackType | None) -> None:
     if channel is None:
         return
     named = value if isinstance(value, GangError) else torch_calls.consequence(value)
-    if named is None or not (named is value or named.culprits):
+    if named is None:
         _own_error = True
         channel.report(f"raised {first_line(value)}")
-        named = None
     elif named is not value:  # torch's error: say who broke the job before the traceback
         log.error("global rank %d: %s", channel.rank, first_line(named))
     path = error_files.own_path()
-    if path:
+    if path and (named is None or not error_files.named_by_a_survivor()):
         told = value if named is None else named
         message = f"{type(told).__name__}: {told}"
         callstack = "".join(traceback.format_exception(type(value), value, tb))

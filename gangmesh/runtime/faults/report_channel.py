@@ -160,26 +160,24 @@ class Channel:
 
         return self._line.call(look, bound)
 
-    def here(self, ranks: tuple[int, ...], bound: float) -> list[Culprit]:
-        """Those of ``ranks`` that run on this host, alive and taking no part: hung; named so
-        in the reports, for the survivors that see them end (bounded; raises as
-        :meth:`explain`)."""
+    def here(self, ranks: tuple[int, ...], bound: float, hung: bool = True) -> list[Culprit]:
+        """Those of ``ranks`` that run on this host and are alive; with ``hung``, taking no
+        part, and named so in the reports, for the survivors that see them end (bounded;
+        raises as :meth:`explain`)."""
 
         def look(store: Any) -> list[Culprit]:
             entries = self._reading(store).entries(f"host/{self.host}")
             now = time.time()
-            hung = [
+            alive = [
                 Culprit(r, self.host, int(e["pid"]), HUNG, now, str(e.get("error_file", "")))
                 for e in entries
                 if (r := int(e["rank"])) in ranks
                 and peer_state.fate(int(e["pid"]), e.get("started")) is None
             ]  # fmt: skip
-            if hung:
-                found = [json.dumps(asdict(c)) for c in hung]
-                store.set(
-                    f"named/{self.rank}", json.dumps({"seconds": time.time(), "found": found})
-                )
-            return hung
+            if alive and hung:
+                found = [json.dumps(asdict(c)) for c in alive]
+                store.set(f"named/{self.rank}", json.dumps({"seconds": now, "found": found}))
+            return alive
 
         return self._line.call(look, bound)
 
@@ -238,9 +236,10 @@ class Channel:
                 found = [json.dumps(asdict(c)) for c in culprits]
                 store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
                 return Explanation(tuple(culprits))
-            mismatched = None if call is None else read.mismatched(me, call)
-            if mismatched:
-                return Explanation((), mine=call, mismatched=mismatched)
+            mismatch = None if call is None else read.mismatched(me, call)
+            if mismatch:
+                ranks_in, root = mismatch
+                return Explanation((), mine=call, mismatched=ranks_in, root=root, me=me)
             if done:
                 break
             time.sleep(_POLL)  # a peer whose connection just closed may still be ending

@@ -120,12 +120,19 @@ class Reading:
         members = tuple(record.pop("members"))
         return Call(**record, members=members, shape=None if shape is None else tuple(shape))
 
-    def mismatched(self, me: int, mine: Call) -> tuple[tuple[int, Call], ...] | None:
-        """The members of ``mine``'s gang in another collective than ``mine`` (of global rank
-        ``me``), where that is why it failed: the waits that start here (a rank waits for
-        the members of its gang in another call) meet two members of one gang in different
-        calls of it, or come back here. None where they lead to a rank in no collective or
-        that has not said, or to one whose collective every member entered."""
+    def mismatched(
+        self, me: int, mine: Call
+    ) -> tuple[tuple[tuple[int, Call], ...], tuple[int, ...]] | None:
+        """The ranks whose collectives do not match, seen from ``mine`` (of global rank
+        ``me``), where that is why it failed: the waits that start here (a rank waits for the
+        members of its gang in another call) meet two members of one gang in different calls
+        of it, or come back here. Named are the ranks of those calls of one gang that differ,
+        wherever the waits meet them; else, where one rank waits for more members than any
+        other (a call of its own on a gang nobody else is in), that rank (``me`` itself: then
+        the members it waits for are named beside it); else the members ``me`` waits for.
+        With them, the ranks the waits single out (none where they name only the members
+        ``me`` waits for). None where the waits lead to a rank in no collective or that has
+        not said, or to one whose collective every member entered."""
         calls: dict[int, Call | None] = {me: mine}
 
         def waited_for(rank: int, call: Call) -> list[int]:
@@ -135,21 +142,24 @@ class Reading:
             return [m for m in call.members if m != rank and calls[m] != call]
 
         direct = waited_for(me, mine)
-        seen, todo, conclusive = set(), [me], False
+        waits_of: dict[int, list[int]] = {}
+        todo, conclusive = [me], False
         while todo:
             rank = todo.pop()
-            conclusive |= rank == me and rank in seen
-            if rank in seen:
+            conclusive |= rank == me and rank in waits_of
+            if rank in waits_of:
                 continue
-            seen.add(rank)
             call = calls[rank]
-            waits = [] if call is None else waited_for(rank, call)
+            waits = waits_of[rank] = [] if call is None else waited_for(rank, call)
             if call is None or not waits:
                 return None
             conclusive |= any(_same_gang(call, calls[m]) for m in waits)
             todo.extend(waits)
-        mismatched = tuple((r, c) for r in direct if (c := calls[r]) is not None)
-        return mismatched if conclusive and mismatched else None
+        if not conclusive or not direct:
+            return None
+        root = _root_of(me, waits_of, calls)
+        named = [me, *direct] if root == [me] else root or direct
+        return tuple((r, c) for r in named if (c := calls[r]) is not None), tuple(root)
 
     def unregistered(self, world_size: int) -> list[int]:
         """The ranks of the job that have not said where they run in this attempt: they
@@ -171,6 +181,25 @@ class Reading:
         if any(float(record["seconds"]) < self.since for record in records):
             return {}
         return {r: str(record["host"]) for r, record in zip(ranks, records, strict=True)}
+
+
+def _root_of(me: int, waits_of: dict[int, list[int]], calls: dict[int, Call | None]) -> list[int]:
+    """Where the waits from ``me`` lead (see :meth:`Reading.mismatched`): the ranks in calls
+    of one gang that differ (``me`` left out), else the one rank that waits for the most
+    members (``me`` among them); [] where neither singles any out."""
+    differ = {
+        r
+        for rank, waits in waits_of.items()
+        for member in waits
+        if (call := calls[rank]) is not None and _same_gang(call, calls[member])
+        for r in (rank, member)
+    }
+    if differ - {me}:
+        return sorted(differ - {me})
+    counts = sorted(((len(waits), rank) for rank, waits in waits_of.items()), reverse=True)
+    if len(counts) > 1 and counts[0][0] > counts[1][0]:
+        return [counts[0][1]]
+    return []
 
 
 def _same_gang(call: Call, other: Call | None) -> bool:

@@ -9,7 +9,9 @@ collective: Python's own handler writes it to a wakeup file descriptor. Nothing 
 installed where the process already handles SIGTERM or uses a wakeup descriptor, or off the
 main thread; a handler the program installs later takes over. A process already ending of
 an error of its own (its last words told the job) says nothing more and ends as that error
-ends it, with 1.
+ends it, with 1; one whose exit handlers run, or that felt the failure itself (it raises a
+GangError, and may end with ``sys.exit(n)`` after catching it), is left to end by itself
+with its own status for a few seconds, then said of and ended as any other.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from types import FrameType
 
 import gangmesh.runtime.faults.failure_reports as failure_reports
@@ -27,6 +30,8 @@ log = logging.getLogger("gangmesh")
 
 _BOUND = 2.0
 """Seconds the process spends asking who broke the job before it ends."""
+_EXITING_BOUND = 5.0
+"""Seconds a process stopped while it ends by itself has to end with its own status."""
 _EXIT_CODE = 128 + signal.SIGTERM
 """How the process ends where the thread, not the main thread, ends it: as a shell reports
 a process that SIGTERM ended."""
@@ -86,6 +91,8 @@ def _watch(read_end: int) -> None:
             if last_words.dying_of_own_error():  # it said what broke it: it ends as it would
                 _said.set()
                 os._exit(1)
+            if _ending_by_itself():  # with its own status, if soon
+                time.sleep(_EXITING_BOUND)
             _say_who()
             _said.set()
             os._exit(_EXIT_CODE)  # the main thread may be held in a collective for long
@@ -93,10 +100,20 @@ def _watch(read_end: int) -> None:
 
 def _in_main_thread(signum: int, frame: FrameType | None) -> None:
     """Python's handler, where the main thread gets to run it: let the thread speak, then
-    end as SIGTERM does."""
+    end as SIGTERM does; nothing where the process is ending by itself."""
+    if _ending_by_itself() and not last_words.dying_of_own_error():
+        return
     _said.wait(_BOUND + 1)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _ending_by_itself() -> bool:
+    """Whether this process ends by itself: its exit handlers run, or it raised (or is
+    raising) a GangError of a failure whose culprits it looked for, which ends it or which it
+    handles."""
+    channel = failure_reports.channel()
+    return last_words.exiting() or (channel is not None and channel.took_part)
 
 
 def _say_who() -> None:

@@ -10,7 +10,8 @@ raises at its next step (an exception of the user's code), "exit" ends the proce
 of its own at that very moment, wherever the main thread is. Every other rank writes the
 GangError it gets, then lets it go uncaught (ENDING "raise") or catches it and ends with
 ``sys.exit(1)`` at once (ENDING "catch"). KIND "hang" stops entering collectives at its next
-step, alive (a rank stuck elsewhere). TIMEOUT is the root gang's timeout in seconds.
+step, alive (a rank stuck elsewhere); "desync" makes, at its next step, an all-reduce of its
+own on the root gang that no peer makes. TIMEOUT is the root gang's timeout in seconds.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def main() -> None:
             if broke.is_set() and kind == "hang":
                 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
                 signal.sigtimedwait([signal.SIGUSR1], 120)  # ended by a signal of another
+            if broke.is_set() and kind == "desync":
+                gangs.root.all_reduce(torch.ones(3), gm.ReduceOperation.SUM)
             if broke.is_set():
                 raise ValueError(f"step {step}: the loss is NaN")
             activations = torch.ones(8)

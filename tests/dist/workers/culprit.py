@@ -1,6 +1,6 @@
 """A user's training loop on 4 processes (tp = 2, timeout 10 s) in which rank 3 breaks at step 5.
 
-    culprit.py OUT raise|sigkill|sigstop|exit|stuck [catch|catch-exit-at-once]
+    culprit.py OUT raise|sigkill|sigstop|exit|stuck [catch|catch-exit-at-once|catch-stopped-exit-7]
 
 "stuck": rank 3 waits for a signal instead of entering the collective, alive and answering
 nothing (a rank busy elsewhere).
@@ -8,7 +8,8 @@ nothing (a rank busy elsewhere).
 Rank 3 writes when and how it breaks; every other rank writes the GangError it gets, then
 lets it go uncaught, as a user's script would, or with "catch" ends with ``sys.exit(1)`` at once,
 as a training loop that logs the error and exits does ("catch-exit-at-once": ``os._exit(1)``,
-no exit handler run). A stopped rank 3 is woken once every survivor
+no exit handler run; "catch-stopped-exit-7": SIGTERM arrives, as from a launcher stopping the
+job, then ``sys.exit(7)``). A stopped rank 3 is woken once every survivor
 has written its error, so that it ends with the job instead of lingering.
 """
 
@@ -85,6 +86,9 @@ def main() -> None:
             sys.exit(1)
         if sys.argv[3:] == ["catch-exit-at-once"]:
             os._exit(1)
+        if sys.argv[3:] == ["catch-stopped-exit-7"]:
+            os.kill(os.getpid(), signal.SIGTERM)
+            sys.exit(7)
         raise
 
 

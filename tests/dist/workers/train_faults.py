@@ -16,7 +16,7 @@ parallel 2 beside it). VICTIM breaks as KIND says:
 
 KIND: "raise" (an exception of the user's code), "exit" (``os._exit(3)``), "sigkill",
 "sigstop", "hang" (alive, it stops entering collectives) or "desync" (an all-reduce of its own
-on the data-parallel gang that no peer makes). Every other rank writes what it gets: a
+on the root gang that no peer makes). Every other rank writes what it gets: a
 GangError (``with gangs:`` turns torch's error into one), then lets it go uncaught (ENDING
 "raise") or catches it and ends with ``sys.exit(1)`` (ENDING "catch"); with ENDING "torch" it
 trains outside ``with gangs:`` and torch's own error goes uncaught. TIMEOUT is the root gang's
@@ -99,7 +99,7 @@ class Fault:
         if self.kind == "desync":
             self.kind = "desynced"
             extra = torch.ones(3)
-            self._gangs_of[0].dp.all_reduce(extra, gm.ReduceOperation.SUM)
+            self._gangs_of[0].root.all_reduce(extra, gm.ReduceOperation.SUM)
 
 
 def build(job: str, gangs: gm.Gangs) -> tuple[nn.Module, nn.Module, object | None]:
