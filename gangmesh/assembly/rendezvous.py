@@ -2,16 +2,15 @@
 and meetings that say who did not arrive and who asked for something else.
 
 torchrun keeps its agent's store across restarts, so the keys an earlier attempt wrote
-(addresses of processes that are gone) stay in it; a new attempt that read them would
-connect to dead ports. gangmesh therefore meets under ``gangmesh/setup<E>/``, where E is
-a number every process of one setup agrees on and no earlier setup used: rank 0 draws it
-from a counter in the store and announces it until every process has taken it; each other
-process takes the first announcement made after it asked, which only a live rank 0 can
-have made (every process of an attempt has ended before torchrun starts the next).
-torchrun's TORCHELASTIC_RESTART_COUNT cannot serve: each node's agent counts its own
-restarts, and a node whose processes were healthy restarts them with its count unchanged.
-The TCP connection to the store is made once per process and kept, so setting up again
-needs no new port.
+(addresses of processes that are gone) stay in it; a new attempt that read them would connect to
+dead ports. gangmesh therefore meets under ``gangmesh/setup<E>/``, where E is a number every
+process of one setup agrees on and no earlier setup used: rank 0 draws it from a counter in the
+store and announces it until every process has taken it; each other process takes the first
+announcement made after it asked, which only a live rank 0 can have made (every process of an
+attempt has ended before torchrun starts the next). torchrun's TORCHELASTIC_RESTART_COUNT cannot
+serve: each node's agent counts its own restarts, and a node whose processes were healthy
+restarts them with its count unchanged. The TCP connection to the store is made once per process
+and kept, so setting up again needs no new port.
 """
 
 from __future__ import annotations
@@ -68,10 +67,11 @@ def job_store(
         first = env.rank == 0
         setup: int = base.add("gangmesh/setups", 1) if first else _take_setup(base, deadline)
     except (RuntimeError, ConnectionError) as ex:
+        late = faults.late(0)
         error = GangError(
             f"rank {env.rank}: no setup number from rank 0 within the timeout through {where}"
-            f" ({faults.summary(ex, timeout.total_seconds())}); rank 0 is gone or did"
-            " not start setup_root_gang"
+            f" ({faults.summary(ex, timeout.total_seconds())}); rank 0"
+            f"{f'{late} has not started' if late else ' is gone or did not start'} setup_root_gang"
         )
         error.culprits = (0,)
         failed_at = time.time()
@@ -347,7 +347,7 @@ def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta)
     named = []
     for r in unknown[:16]:
         host = store.get(f"host/{r}").decode() if store.check([f"host/{r}"]) else None
-        named.append(f"rank {r}" + (f" on {host}" if host else ""))
+        named.append(f"rank {r}" + (f" on {host}" if host else "") + faults.late(r))
     more = f" and {len(unknown) - 16} more" if len(unknown) > 16 else ""
     said = [str(known[r]) for r in sorted(known)]
     seconds = timeout.total_seconds()

@@ -86,8 +86,11 @@ def overview(
 
 
 def _where(plan: MeshTopology, dim: str, unit: int, node: str, coordinate: np.ndarray) -> str:
-    """Which nodes (or blocks) each coordinate (up to 4) and the first group occupy."""
+    """Which nodes (or blocks) each coordinate (up to 4) and the first group occupy; a
+    coordinate is named by its dimension ("dp_shard rank 0"), never as a bare rank, which
+    would read as a global one."""
     role = FACTS[Dim(dim)].member
+    label = f"{dim} {role}" if role == "rank" else role  # "dp_shard rank 0", "stage 0"
     size = plan.size_of(dim)
     first = np.unique(np.asarray(plan.first_groups(dim, 1)[0]) // unit)
     if len(first) == 1:
@@ -95,7 +98,7 @@ def _where(plan: MeshTopology, dim: str, unit: int, node: str, coordinate: np.nd
     spans = []
     for value in range(min(size, 4)):
         held = np.unique(np.flatnonzero(coordinate == value) // unit)
-        spans.append(f"{role} {value}: {node}s {_ranges(held)}")
+        spans.append(f"{label} {value}: {node}s {_ranges(held)}")
     if size > 4:
         spans.append("...")
     group = f"group 0 spans {len(first)} {node}{'s' if len(first) > 1 else ''} ({_ranges(first)})"

@@ -76,6 +76,8 @@ def test_a_rank_that_stays_out_is_named_as_not_taking_part(tmp_path, quiet_host)
     for rank in (0, 1, 2):
         error = found[rank]["error"]
         assert f"{expected[rank]} on {host} did not take part and have not said why" in error, error
+        where = "global rank 3 is at culprit.py:50 in break_down: signal.sigtimedwait("
+        assert where in error, error  # where it stands, in the program's own code
         assert found[rank]["culprits"] == [3], error
         assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
     errors = [found[rank]["error"] for rank in (0, 1, 2)]
@@ -182,3 +184,22 @@ def test_a_survivor_stopped_as_it_ends_keeps_its_own_exit_status(tmp_path, quiet
     assert sorted(found) == [0, 1, 2, 3], run.output
     assert run.returncode == 7, run.output
     assert "stopped (SIGTERM)" not in run.output, run.output
+
+
+def test_under_torchrun_a_rank_stuck_in_its_own_code_is_named_with_where_it_stands(tmp_path):
+    # rank 3 waits in the program's own code (culprit.py's break_down), alive: every survivor
+    # names it and the file:line it stands at; a survivor on its host then ends it, so that
+    # torchrun's Root Cause is rank 3 too
+    run = torchrun("culprit.py", 4, str(tmp_path), "stuck", timeout=150,
+                   options=(f"--monitor-interval={TIMEOUT + 6:g}",))  # fmt: skip
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    assert sorted(found) == [0, 1, 2, 3], run.output
+    for rank in (0, 1, 2):
+        error = found[rank]["error"]
+        assert found[rank]["culprits"] == [3], error
+        assert "culprit.py:50 in break_down: signal.sigtimedwait(" in error, error
+        assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
+    root_cause = run.output.split("Root Cause (first observed failure):", 1)[-1]
+    assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
+    assert "culprit.py:50 in break_down" in root_cause, run.output

@@ -7,11 +7,12 @@ are these runs' own."""
 
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
 
-from tests.dist.launch import bare_jobs, sessions_alive
+from tests.dist.launch import bare_jobs, sessions_alive, torchrun
 from tests.shown import assert_line_shown
 
 pytestmark = pytest.mark.dist
@@ -87,3 +88,20 @@ def test_rank_0_ended_with_the_store_it_serves_is_named_by_every_other_rank(foun
         assert error.startswith(f"rank {rank}: no setup number from rank 0 "), error
         assert "rank 0 is gone" in error, error
     assert_line_shown("howto.rst", DOCS_BLOCK, "no setup number", errors, hosts=[host])
+
+
+@pytest.mark.parametrize("late", [0, 3])
+def test_a_rank_alive_but_late_to_setup_is_named_as_late_not_gone(tmp_path, late):
+    # under torchrun each rank can tell, from /proc, that the rank which has not come runs
+    # beside it: a loaded machine's slow import is not a death
+    run = torchrun("late.py", 4, str(tmp_path), str(late), timeout=120)
+    assert run.returncode != 0, run.output
+    found = run.results(tmp_path)
+    assert found and late not in found, run.output
+    for got in found.values():
+        assert got["culprits"] == [late], got
+        if late == 0:
+            said = r"rank 0 \(alive, pid \d+: late, not gone\) has not started setup_root_gang"
+        else:
+            said = r"rank 3 \(alive, pid \d+: late, not gone\) did not arrive within 4 s"
+        assert re.search(said, got["error"]), got

@@ -192,6 +192,8 @@ def test_a_large_world_shows_which_nodes_each_stage_and_group_spans(tmp_path):
     assert tp == {-1}, "every node holds all 8 tp ranks"
     words = " ".join(t.text or "" for t in structure.iter(f"{{{NS['s']}}}text"))
     assert "stage 0: nodes 0-31; stage 1: nodes 32-63" in words
+    assert "dp_shard rank 0: nodes " in words, "a coordinate is named by its dimension"
+    assert not re.search(r"(?<!dp_shard )(?<!tp )rank 0: nodes", words), words
     assert "group 0 spans 4 nodes (0, 32, 64, 96)" in words
     assert "every group within one node (group 0 on node 0)" in words
     fills = [r.get("fill") for r in strips["pp"].iterfind("s:g/s:rect", NS)]

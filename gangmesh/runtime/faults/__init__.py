@@ -18,6 +18,7 @@ from torch.distributed import ProcessGroup
 
 import gangmesh.runtime.faults.failure_reports as failure_reports
 import gangmesh.runtime.faults.last_words as last_words
+import gangmesh.runtime.faults.peer_state as peer_state
 import gangmesh.runtime.faults.stop_notice as stop_notice
 from gangmesh.runtime.environment import read_launch_environment
 from gangmesh.runtime.faults.blame import gang_error
@@ -37,6 +38,7 @@ __all__ = [
     "fates",
     "gang_error",
     "install_stop_notice",
+    "late",
     "open_reports",
     "record_named",
     "shut_down",
@@ -72,6 +74,13 @@ def open_reports(world: ProcessGroup | None, timeout: timedelta) -> None:
     )
     last_words.install()
     stop_notice.install()
+
+
+def late(rank: int) -> str:
+    """`` (alive, pid N: late, not gone)`` where global rank ``rank`` runs on this host
+    beside this process but has not come to a meeting; "" where that is not known."""
+    pid = peer_state.alive_sibling(rank)
+    return f" (alive, pid {pid}: late, not gone)" if pid else ""
 
 
 def install_stop_notice() -> None:

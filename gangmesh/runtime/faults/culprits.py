@@ -46,6 +46,18 @@ class Call:
         return f"{self.op}{tensor}, call {self.number} of gang '{self.gang}'"
 
 
+_WHERE_SHOWN = 3
+"""The most absent ranks whose place a message shows."""
+
+
+def _ranks(ranks: list[int], limit: int = 8) -> str:
+    """``"3"``, or ``"[2, 3]"``; long lists as their first ranks and a count."""
+    if len(ranks) == 1:
+        return str(ranks[0])
+    shown = ", ".join(map(str, ranks[:limit]))
+    return f"[{shown}{f', ... ({len(ranks)} in all)' if len(ranks) > limit else ''}]"
+
+
 @dataclass(frozen=True)
 class Explanation:
     """What a survivor knows about a failed collective."""
@@ -71,6 +83,8 @@ class Explanation:
     they only name the members this process waits for."""
     me: int | None = None
     """This process's global rank, where it is named among ``mismatched``."""
+    where: tuple[tuple[int, str], ...] = ()
+    """Where the absent ranks that answered stand (global rank, frames of their own code)."""
 
     @override
     def __str__(self) -> str:
@@ -100,4 +114,13 @@ class Explanation:
             text += f" (global rank {self.seen_by} waited for them)"
         for host in self.silent_hosts:
             text += f"; host {host} is unreachable or down: none of its ranks in the gang answers"
+        answered = dict(self.where)
+        for rank in [r for r in self.absent_global if r in answered][:_WHERE_SHOWN]:
+            text += f"; global rank {rank} is at {answered[rank]}"
+        silent = [r for r in self.absent_global if r not in answered]
+        if silent and not self.silent_hosts:
+            text += (
+                f"; global rank{'s' if len(silent) > 1 else ''} {_ranks(silent)} did not say "
+                "where it stands (stopped, gone, or its interpreter held)"
+            )
         return text

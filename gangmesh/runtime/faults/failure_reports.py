@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import gangmesh.runtime.faults.error_files as error_files
+import gangmesh.runtime.faults.stacks as stacks
 from gangmesh.runtime.faults.culprits import Call, Culprit, Explanation
 from gangmesh.runtime.faults.report_channel import PREFIX, READING_BOUND, REPORT_BOUND, Channel
 from gangmesh.runtime.faults.store_line import end_all, line_to
@@ -132,6 +133,7 @@ def close_channel() -> None:
     global _channel, _opened_for
     _channel = None
     _opened_for = None
+    stacks.uninstall()
 
 
 def shut_down() -> None:
@@ -171,7 +173,7 @@ def explain(
         found = gone
     error_files.for_culprits(list(found.culprits), current.host, failed_at)
     if not found.culprits and found.absent_global and error_files.own_path():
-        _end_hung(current, found.absent_global, failed_at)
+        _end_hung(current, found.absent_global, dict(found.where), failed_at)
     singled = tuple((r, c) for r, c in found.mismatched if r in found.root and r != found.me)
     if singled and error_files.own_path():
         _name_mismatched(current, singled, failed_at)
@@ -198,12 +200,14 @@ def _name_mismatched(
     error_files.for_culprits(culprits, current.host, failed_at)
 
 
-def _end_hung(current: Channel, ranks: tuple[int, ...], failed_at: float) -> None:
+def _end_hung(
+    current: Channel, ranks: tuple[int, ...], where: dict[int, str], failed_at: float
+) -> None:
     """Under torchrun, end the ranks named as taking no part that hang on this host, their
     error files written in their name: torchrun counts only a process that ended as the
     failure's root cause, and would stop them next anyway."""
     try:
-        hung = current.here(ranks, REPORT_BOUND)
+        hung = current.here(ranks, REPORT_BOUND, where=where)
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
         return

@@ -92,3 +92,27 @@ def _exit_status(fields: list[str]) -> str:
             name = f"signal {signum}"
         return f"was killed by {name}"
     return f"exited with code {status >> 8}"
+
+
+def alive_sibling(rank: int) -> int | None:
+    """The pid of a process of this job on this host with global rank ``rank`` that runs:
+    one its launcher started beside this one (same parent, ``RANK`` and this job's
+    ``MASTER_PORT`` in its environment), so that a rank not yet in setup is known to be late,
+    not gone; None where there is none, or /proc does not tell."""
+    parent, me = os.getppid(), os.getpid()
+    wanted = {f"RANK={rank}".encode(), f"MASTER_PORT={os.environ.get('MASTER_PORT')}".encode()}
+    try:
+        entries = [e for e in Path("/proc").iterdir() if e.name.isdigit() and int(e.name) != me]
+    except OSError:
+        return None
+    for entry in entries:
+        fields = _fields(int(entry.name))
+        if fields is None or len(fields) < 2 or int(fields[1]) != parent or fields[0] in "ZX":
+            continue
+        try:
+            variables = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted <= set(variables):
+            return int(entry.name)
+    return None

@@ -17,6 +17,7 @@ from typing import Any
 
 import gangmesh.runtime.faults.error_files as error_files
 import gangmesh.runtime.faults.peer_state as peer_state
+import gangmesh.runtime.faults.stacks as stacks
 from gangmesh.runtime.faults.culprits import Call, Culprit, Explanation
 from gangmesh.runtime.faults.report_reading import Reading
 from gangmesh.runtime.faults.store_line import Line
@@ -69,6 +70,9 @@ class Channel:
             "seconds": time.time(),
             "error_file": error_files.own_path(),
         }
+        dump = stacks.install()  # where it stands, should it be named as taking no part
+        if dump is not None:
+            record["stacks"], record["main"] = dump
 
         def tell(store: Any) -> None:
             store.append(f"host/{self.host}", json.dumps(record) + "\n")
@@ -124,7 +128,8 @@ class Channel:
             store.set(f"explained/{self.rank}", str(time.time()))
             return found
 
-        return self._line.call(explain_and_say_so, wait + READING_BOUND - WAIT_FOR_PEERS)
+        bound = wait + READING_BOUND - WAIT_FOR_PEERS + stacks.ANSWER_BOUND
+        return self._line.call(explain_and_say_so, bound)
 
     def who_broke(self, bound: float) -> str:
         """This process is being stopped: say so, and what it knows, in words that follow
@@ -160,16 +165,26 @@ class Channel:
 
         return self._line.call(look, bound)
 
-    def here(self, ranks: tuple[int, ...], bound: float, hung: bool = True) -> list[Culprit]:
+    def here(
+        self,
+        ranks: tuple[int, ...],
+        bound: float,
+        hung: bool = True,
+        where: dict[int, str] | None = None,
+    ) -> list[Culprit]:
         """Those of ``ranks`` that run on this host and are alive; with ``hung``, taking no
-        part, and named so in the reports, for the survivors that see them end (bounded;
-        raises as :meth:`explain`)."""
+        part (and, as ``where`` says, where they stand), and named so in the reports, for
+        the survivors that see them end (bounded; raises as :meth:`explain`)."""
+        at = where or {}
+
+        def what(rank: int) -> str:
+            return f"{HUNG}; it was at {at[rank]}" if rank in at else HUNG
 
         def look(store: Any) -> list[Culprit]:
             entries = self._reading(store).entries(f"host/{self.host}")
             now = time.time()
             alive = [
-                Culprit(r, self.host, int(e["pid"]), HUNG, now, str(e.get("error_file", "")))
+                Culprit(r, self.host, int(e["pid"]), what(r), now, str(e.get("error_file", "")))
                 for e in entries
                 if (r := int(e["rank"])) in ranks
                 and peer_state.fate(int(e["pid"]), e.get("started")) is None
@@ -259,7 +274,31 @@ class Channel:
         if ranks:
             said = {"seconds": time.time(), "ranks": list(ranks)}
             store.set(f"absent/{me}", json.dumps(said))
-        return Explanation((), absent, ranks, absent_hosts, silent, seen_by)
+        where = tuple(self._where(store, read, ranks).items()) if ranks else ()
+        return Explanation((), absent, ranks, absent_hosts, silent, seen_by, where=where)
+
+    def _where(self, store: Any, read: Reading, ranks: tuple[int, ...]) -> dict[int, str]:
+        """Where ``ranks`` (taking no part) stand: asked of those on this host (and left in
+        the store for the others), read from the store for the rest, where a survivor on
+        their host found it."""
+        found: dict[int, str] = {}
+        for entry in read.entries(f"host/{self.host}"):
+            rank, pid = int(entry["rank"]), int(entry["pid"])
+            if rank not in ranks or "stacks" not in entry:
+                continue
+            if peer_state.fate(pid, entry.get("started")) is None:
+                answer = stacks.ask(pid, str(entry["stacks"]), int(entry["main"]))
+                if answer is not None:
+                    found[rank] = answer
+                    said = {"seconds": time.time(), "where": answer}
+                    store.set(f"where/{rank}", json.dumps(said))
+        for rank in set(ranks) - set(found):
+            key = f"where/{rank}"
+            if store.check([key]):
+                said = json.loads(bytes(store.get(key)))
+                if float(said["seconds"]) >= self._since:
+                    found[rank] = str(said["where"])
+        return found
 
     def _reading(self, store: Any) -> Reading:
         return Reading(store, self.rank, self.host, self._since)
