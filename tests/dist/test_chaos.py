@@ -196,11 +196,11 @@ def last_words(output: str, ranks: list[int]) -> dict[int, dict]:
 
 def never_there(victim: int) -> str:
     """What a survivor says of a victim that broke before it reached the job's store."""
-    if victim != 0:
-        return rf"rank {victim} did not arrive within"
+    if victim != 0:  # where it runs beside the survivor, /proc says how it stands
+        return rf"rank {victim}( \(pid \d+ is stopped[^)]*\))? did not arrive within"
     return (
         r"rank 0 serves it \(it is gone\)|rank 0 is gone or did not start"
-        r"|served by rank 0, did not answer"
+        r"|served by rank 0, did not answer|rank 0 \(pid \d+ is stopped[^)]*\) has not started"
     )
 
 

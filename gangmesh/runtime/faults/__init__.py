@@ -78,9 +78,15 @@ def open_reports(world: ProcessGroup | None, timeout: timedelta) -> None:
 
 def late(rank: int) -> str:
     """`` (alive, pid N: late, not gone)`` where global rank ``rank`` runs on this host
-    beside this process but has not come to a meeting; "" where that is not known."""
-    pid = peer_state.alive_sibling(rank)
-    return f" (alive, pid {pid}: late, not gone)" if pid else ""
+    beside this process but has not come to a meeting (`` (pid N is stopped: ...)`` where it
+    is stopped); "" where that is not known."""
+    found = peer_state.alive_sibling(rank)
+    if found is None:
+        return ""
+    pid, stopped = found
+    if stopped:
+        return f" (pid {pid} is stopped: SIGSTOP, SIGTSTP or a debugger)"
+    return f" (alive, pid {pid}: late, not gone)"
 
 
 def install_stop_notice() -> None:

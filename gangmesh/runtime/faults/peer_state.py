@@ -94,11 +94,11 @@ def _exit_status(fields: list[str]) -> str:
     return f"exited with code {status >> 8}"
 
 
-def alive_sibling(rank: int) -> int | None:
+def alive_sibling(rank: int) -> tuple[int, bool] | None:
     """The pid of a process of this job on this host with global rank ``rank`` that runs:
     one its launcher started beside this one (same parent, ``RANK`` and this job's
     ``MASTER_PORT`` in its environment), so that a rank not yet in setup is known to be late,
-    not gone; None where there is none, or /proc does not tell."""
+    not gone; with whether it is stopped. None where there is none, or /proc does not tell."""
     parent, me = os.getppid(), os.getpid()
     wanted = {f"RANK={rank}".encode(), f"MASTER_PORT={os.environ.get('MASTER_PORT')}".encode()}
     try:
@@ -114,5 +114,5 @@ def alive_sibling(rank: int) -> int | None:
         except OSError:
             continue
         if wanted <= set(variables):
-            return int(entry.name)
+            return int(entry.name), fields[0] in ("T", "t")
     return None

@@ -38,6 +38,8 @@ READING_BOUND = WAIT_FOR_PEERS + PEERS_FINDINGS + 1.0
 REPORT_BOUND = 2.0
 """Seconds a dying process spends on its report."""
 PREFIX = "gangmesh/failures"
+_MARGIN = 0.3
+"""Seconds of a reading's bound kept for what follows a stuck rank's answer."""
 HUNG = "took no part in the collective, alive (hung), and was ended by a survivor"
 """What a survivor under torchrun says of a hung rank on its host that it ends."""
 
@@ -123,12 +125,14 @@ class Channel:
         self.took_part = True
         wait = min(WAIT_FOR_PEERS, timeout.total_seconds())
 
+        bound = wait + READING_BOUND - WAIT_FOR_PEERS
+        ends = time.monotonic() + bound - _MARGIN  # a stuck rank's answer must fit in too
+
         def explain_and_say_so(store: Any) -> Explanation:
-            found = self._explain(store, global_ranks, gang_rank, wait, call)
+            found = self._explain(store, global_ranks, gang_rank, wait, call, ends)
             store.set(f"explained/{self.rank}", str(time.time()))
             return found
 
-        bound = wait + READING_BOUND - WAIT_FOR_PEERS + stacks.ANSWER_BOUND
         return self._line.call(explain_and_say_so, bound)
 
     def who_broke(self, bound: float) -> str:
@@ -227,11 +231,18 @@ class Channel:
         return Explanation((Culprit(0, self.host, int(record["pid"]), fate, time.time(), path),))
 
     def _explain(
-        self, store: Any, global_ranks: list[int], gang_rank: int, wait: float, call: Call | None
+        self,
+        store: Any,
+        global_ranks: list[int],
+        gang_rank: int,
+        wait: float,
+        call: Call | None,
+        ends: float,
     ) -> Explanation:
         """Marks this process as a survivor of the gang's failure first; where neither the
         reports nor /proc name a culprit at once, looks again until the gang's other members
-        have all reported the failure too, for at most ``wait`` seconds."""
+        have all reported the failure too, for at most ``wait`` seconds; asks the ranks that
+        took no part where they stand until ``ends`` (``time.monotonic()``) at the latest."""
         read = self._reading(store)
         me = global_ranks[gang_rank]
         if call is not None:  # said before the failure: a peer that sees one sees both
@@ -274,10 +285,12 @@ class Channel:
         if ranks:
             said = {"seconds": time.time(), "ranks": list(ranks)}
             store.set(f"absent/{me}", json.dumps(said))
-        where = tuple(self._where(store, read, ranks).items()) if ranks else ()
+        where = tuple(self._where(store, read, ranks, ends).items()) if ranks else ()
         return Explanation((), absent, ranks, absent_hosts, silent, seen_by, where=where)
 
-    def _where(self, store: Any, read: Reading, ranks: tuple[int, ...]) -> dict[int, str]:
+    def _where(
+        self, store: Any, read: Reading, ranks: tuple[int, ...], ends: float
+    ) -> dict[int, str]:
         """Where ``ranks`` (taking no part) stand: asked of those on this host (and left in
         the store for the others), read from the store for the rest, where a survivor on
         their host found it."""
@@ -286,8 +299,9 @@ class Channel:
             rank, pid = int(entry["rank"]), int(entry["pid"])
             if rank not in ranks or "stacks" not in entry:
                 continue
-            if peer_state.fate(pid, entry.get("started")) is None:
-                answer = stacks.ask(pid, str(entry["stacks"]), int(entry["main"]))
+            left = min(stacks.ANSWER_BOUND, ends - time.monotonic())
+            if left > 0 and peer_state.fate(pid, entry.get("started")) is None:
+                answer = stacks.ask(pid, str(entry["stacks"]), int(entry["main"]), left)
                 if answer is not None:
                     found[rank] = answer
                     said = {"seconds": time.time(), "where": answer}

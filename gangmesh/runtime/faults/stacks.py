@@ -74,16 +74,16 @@ def uninstall() -> None:
     Path(dump.name).unlink(missing_ok=True)
 
 
-def ask(pid: int, path: str, main: int) -> str | None:
+def ask(pid: int, path: str, main: int, bound: float = ANSWER_BOUND) -> str | None:
     """Where process ``pid`` (of this host) stands: its main thread's innermost frames of the
     program's own code, from a dump it writes to ``path`` on SIGUSR2; None where it wrote
-    none within :data:`ANSWER_BOUND` seconds (stopped, gone)."""
+    none within ``bound`` seconds (stopped, gone)."""
     try:
         before = os.path.getsize(path)
         os.kill(pid, SIGNAL)
     except OSError:
         return None
-    deadline = time.monotonic() + ANSWER_BOUND
+    deadline = time.monotonic() + bound
     text = ""
     while time.monotonic() < deadline:
         time.sleep(0.02)  # the dump is not signalled to this process
