@@ -37,6 +37,14 @@ _CALLERS = (
     (("torch", "nn", "parallel"), "DDP's"),
 )
 """Where torch's frames say whose collective it was, by the path of their file."""
+_OPS = {
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_single": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+}
+"""torch's names of one collective, which differ by release, as a Gang names it."""
 _WRAPPERS = frozenset({"wrapper", "_fn", "decorate_context", "inner"})
 """Names of torch's decorators' frames, which say nothing of where a call was made."""
 
@@ -96,7 +104,7 @@ def torch_call(tb: TracebackType | None) -> TorchCall:
         code = frame.f_code
         parts = PurePath(code.co_filename).parts
         if _under(parts, _C10D) and not code.co_name.startswith("_") and code.co_name != "wrapper":
-            op = code.co_name
+            op = _OPS.get(code.co_name, code.co_name)
             named = frame.f_locals.get("group", False)  # None: the default group
             group = dist.group.WORLD if named is None else named
             group = group if isinstance(group, ProcessGroup) else None
