@@ -95,7 +95,10 @@ def plan_drawing(
     by_dim = {f.dim: f for f in findings or ()}
     expert = EXPERT_DIMS if plan.uses_experts else ()  # a dense job builds none of them
     dims = [d for d in (*plan.order, *expert) if plan.size_of(d) > 1]
-    panels = [_Panel.draw(plan, dim, grid, by_dim.get(dim), rank, offset) for dim in dims]
+    twins = _same_groups(plan, dims)
+    panels = [
+        _Panel.draw(plan, dim, grid, by_dim.get(dim), rank, offset, twins.get(dim)) for dim in dims
+    ]
 
     heading = _heading(plan, per_node, offset, title)
     legend = _legend(plan, grid, panels, rank)
@@ -103,6 +106,22 @@ def plan_drawing(
     large = plan.world_size > SVG_FULL_RANKS
     structure = overview(plan, per_node, dims, offset) if large else None
     return _page(heading, _sizes_text(plan), legend, panels, footer, structure)
+
+
+def _same_groups(plan: MeshTopology, dims: Sequence[str]) -> dict[str, str]:
+    """Each of ``dims`` whose groups are those of an earlier one (tp and ep where ep borrows
+    the tp ranks, dp_shard and efsdp), with that earlier one: gangmesh builds one
+    communicator for both."""
+    ranks = np.arange(plan.world_size, dtype=np.int64)
+    ids = {dim: plan.group_ids(dim, ranks) for dim in dims}
+    twins: dict[str, str] = {}
+    for i, dim in enumerate(dims):
+        for earlier in dims[:i]:
+            pairs = np.unique(np.stack([ids[earlier], ids[dim]]), axis=1).shape[1]
+            if earlier not in twins and pairs == plan.group_count(dim) == plan.group_count(earlier):
+                twins[dim] = earlier
+                break
+    return twins
 
 
 def _sizes_text(plan: MeshTopology) -> str:
@@ -219,6 +238,7 @@ class _Panel:
         finding: LocalityFinding | None,
         rank: int | None,
         offset: int = 0,
+        twin: str | None = None,
     ) -> _Panel:
         size, count = plan.size_of(dim), plan.group_count(dim)
         local = grid.ranks - offset
@@ -228,6 +248,8 @@ class _Panel:
         totals = f"{count} groups of {size} ranks"
         if len(grid.ranks) < plan.world_size:
             totals += f"; {len(drawn)} of them have ranks drawn here"
+        if twin is not None:
+            totals += f"; the same groups as {twin} (one communicator each)"
         parts = [
             text_at(0, 14, header, 12, font_weight="bold"),
             text_at(0, 30, totals, 11, fill="#444"),

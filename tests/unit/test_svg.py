@@ -209,3 +209,15 @@ def test_group_colours_stay_distinct():
 
     colours = [colour_of(group) for group in range(512)]
     assert len(set(colours)) == len(colours)
+
+
+def test_panels_of_dimensions_that_share_their_groups_say_so(tmp_path):
+    # ep borrows the tp ranks (etp 1) and efsdp is dp_shard: one communicator each, said so
+    root = draw(tmp_path, ["--world-size", "64", "--pp", "2", "--tp", "8", "--ep", "8"])
+    said = {
+        dim: " ".join(t.text or "" for t in panel.iter(f"{{{NS['s']}}}text"))
+        for dim, panel in panels(root).items()
+    }
+    assert "the same groups as tp (one communicator each)" in said["ep"]
+    assert "the same groups as dp_shard (one communicator each)" in said["efsdp"]
+    assert "the same groups as" not in said["tp"] + said["pp"] + said["dp_shard"]
