@@ -36,6 +36,7 @@ from gangmesh.tools.check_report import (
     stragglers,
     summarize,
 )
+from gangmesh.tools.failure import Failure
 from gangmesh.tools.launch import QUIET_SECONDS, WorkerExit, run_local_workers
 from gangmesh.tools.render import findings_text, plan_title
 
@@ -58,10 +59,13 @@ def check_locally(
     if args.ranks_per_node is not None:
         check_ranks_per_node(args.nproc, args.ranks_per_node)
     parse_sizes(args.sizes)
+    device = local_device(args.device, args.nproc)
     noun = "process" if args.nproc == 1 else "processes"
-    print(f"gangmesh check: starting {args.nproc} local {noun} (gloo on 127.0.0.1)...",
+    where = "gloo on 127.0.0.1" if device == "cpu" else "NCCL, one GPU each"
+    print(f"gangmesh check: starting {args.nproc} local {noun} ({where})...",
           file=sys.stderr, flush=True)  # fmt: skip
-    exits = run_local_workers(args.nproc, main, argv, timeout=args.timeout)
+    command = argv if args.device else [*argv, "--device", device]
+    exits = run_local_workers(args.nproc, main, command, timeout=args.timeout)
     failed = [e for e in exits if e.returncode != 0]
     if not failed:
         return 0
@@ -128,7 +132,7 @@ def check_as_rank(args: argparse.Namespace, layout: Layout) -> int:
     """Take part in the check as this process's rank; rank 0 prints the report."""
     timeout = timedelta(seconds=args.timeout)
     sizes = parse_sizes(args.sizes)
-    root = root_gang(args.init_method, timeout)
+    root = root_gang(args.init_method, timeout, args.device)
     rank = root.rank
     try:
         if rank == 0:
@@ -176,15 +180,37 @@ def _inject(fault: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
 
 
-def root_gang(init_method: str | None, timeout: timedelta) -> Gang:
-    """The job's root gang: from the launcher's variables, or from ``--init-method``."""
+def local_device(asked: str | None, nproc: int) -> str:
+    """The device type of ``nproc`` local processes: ``asked`` (--device), else cuda where
+    torch sees a GPU for each, else cpu.
+
+    :raises Failure: cuda asked for, with fewer GPUs than processes.
+    """
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if asked == "cuda" and gpus < nproc:
+        raise Failure(
+            f"--device: cuda runs one process per GPU, but torch sees {gpus} GPU"
+            f"{'' if gpus == 1 else 's'} for --nproc {nproc}; use --nproc {gpus} or --device cpu"
+            if gpus
+            else "--device: cuda, but torch sees no GPU on this machine; use --device cpu"
+        )
+    return asked or ("cuda" if 0 < nproc <= gpus else "cpu")
+
+
+def root_gang(init_method: str | None, timeout: timedelta, device: str | None = None) -> Gang:
+    """The job's root gang: from the launcher's variables (on ``device``, a device type;
+    None: setup_root_gang's default), or from ``--init-method`` (each local rank on cuda:RANK
+    where ``device`` is cuda, else cpu)."""
     if init_method is None:
-        return setup_root_gang(timeout=timeout)
+        local = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        chosen = None if device is None else local if device == "cuda" else torch.device("cpu")
+        return setup_root_gang(chosen, timeout=timeout)
+    rank = int(os.environ["RANK"])
     return ProcessGroupGang.create_default_process_group(
-        torch.device("cpu"),
+        torch.device("cuda", rank) if device == "cuda" else torch.device("cpu"),
         timeout=timeout,
         init_method=init_method,
-        rank=int(os.environ["RANK"]),
+        rank=rank,
         world_size=int(os.environ["WORLD_SIZE"]),
     )
 

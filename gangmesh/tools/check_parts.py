@@ -32,7 +32,7 @@ def check_parts_as_rank(args: argparse.Namespace, plan: MultiPartPlan) -> int:
     its part's report, which the job's rank 0 prints in part order, then the bridge's."""
     timeout = timedelta(seconds=args.timeout)
     sizes = parse_sizes(args.sizes)
-    root = root_gang(args.init_method, timeout)
+    root = root_gang(args.init_method, timeout, args.device)
     try:
         sizes_by_part: dict[str, Any] = plan.parts.sizes
         parts = create_parts(

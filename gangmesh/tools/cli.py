@@ -214,6 +214,13 @@ def build_parsers(
     check.add_argument("--iters", type=_int, default=10, help=iters)
     check.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds")
     check.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="each process's device: cpu (gloo) or cuda (NCCL, one GPU per process); default: "
+        "cuda where torch sees at least NPROC GPUs, else cpu (under a launcher: cuda:LOCAL_RANK "
+        "where GPUs are visible)",
+    )
+    check.add_argument(
         "--ranks-per-node",
         type=_int,
         help="processes per node, for the locality report (default: the launcher's local "

@@ -65,3 +65,21 @@ def test_without_gpus_the_default_is_cpu_and_cuda_asked_for_is_refused(monkeypat
     monkeypatch.setenv("GANGMESH_DEVICE", "cuda")
     with pytest.raises(ValueError, match=r"^GANGMESH_DEVICE: cuda, but torch sees no GPU"):
         default_device(0, 1)
+
+
+def test_gangmesh_check_on_gpus_needs_one_per_process_and_says_so(monkeypatch, capsys):
+    from gangmesh.tools.check_command import local_device
+    from gangmesh.tools.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["check", "--nproc", "2", "--device", "cuda"]) == 2
+    assert "--device: cuda, but torch sees no GPU on this machine" in capsys.readouterr().err
+    assert local_device(None, 4) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["check", "--nproc", "2", "--device", "cuda"]) == 2
+    said = capsys.readouterr().err
+    assert "torch sees 1 GPU for --nproc 2; use --nproc 1 or --device cpu" in said, said
+    assert local_device(None, 2) == "cpu"  # more processes than GPUs: gloo by default
+    assert local_device(None, 1) == "cuda"  # a GPU for each: NCCL by default
+    assert local_device("cpu", 1) == "cpu"
