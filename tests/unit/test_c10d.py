@@ -182,3 +182,15 @@ def test_splits_new_groups_answers_as_torch_splits_a_bound_world(backend, bound)
         assert _c10d.splits_new_groups("gloo") is False  # another backend: members alone
     finally:
         dist.destroy_process_group()
+
+
+def test_torch_counts_every_collective_of_a_group_and_the_count_is_read(gloo_world):
+    # the call number a failure of torch's own collective is named with (FSDP2's, DTensor's)
+    group = dist.new_group([0])
+    before = _c10d.sequence_number(group)
+    for _ in range(3):
+        dist.all_reduce(torch.ones(2), group=group)
+    dist.barrier(group=group)
+    assert _c10d.sequence_number(group) == before + 4
+    assert _c10d.sequence_number(None) == _c10d.sequence_number(dist.group.WORLD)
+    dist.destroy_process_group(group)
