@@ -16,7 +16,6 @@ own on the root gang that no peer makes. TIMEOUT is the root gang's timeout in s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-from common import write_results
+from common import end_victim, write_results
 
 import gangmesh as gm
 
@@ -42,17 +41,6 @@ def strike(kind: str, rank: int, broke: threading.Event) -> None:
     if kind == "sigstop":
         os.kill(os.getpid(), signal.SIGSTOP)
     broke.set()
-
-
-def end_victim(victim: int) -> None:
-    """The last survivor to write its error kills a victim still stopped or hanging, as a
-    scheduler ending the job would (each survivor checks after writing)."""
-    out = Path(sys.argv[1])
-    found = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(4)}
-    if all("error" in found[r] for r in found if r != victim):
-        pid = found[victim]["pid"]
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def main() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -36,3 +39,13 @@ def join_job(timeout: timedelta) -> None:
     root = gm.setup_root_gang(timeout=timeout)
     root.barrier()
     root.close()
+
+
+def end_victim(victim: int, world_size: int = 4) -> None:
+    """The last survivor to write its error kills a victim still stopped or hanging, as a
+    scheduler ending the job would (each survivor checks after writing)."""
+    out = Path(sys.argv[1])
+    found = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)}
+    if all("error" in found[r] for r in found if r != victim):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(found[victim]["pid"], signal.SIGKILL)

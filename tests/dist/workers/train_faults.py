@@ -36,7 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-from common import write_results
+from common import end_victim, write_results
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
@@ -195,16 +195,6 @@ def main() -> None:
         if ending == "catch":
             sys.exit(1)
         raise
-
-
-def end_victim(victim: int) -> None:
-    """The last survivor to write its error kills a victim still stopped or hanging, as a
-    scheduler ending the job would (each survivor checks after writing)."""
-    out = Path(sys.argv[1])
-    found = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(4)}
-    if all("error" in found[r] for r in found if r != victim):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(found[victim]["pid"], signal.SIGKILL)
 
 
 if __name__ == "__main__":
