@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+import numpy as np
 from typing_extensions import Unpack
 
 from gangmesh.plan.dims import FACTS, LOCALITY_PRIORITY, Dim
@@ -259,3 +260,30 @@ def replica_title(plan: MeshTopology, groups: int) -> str:
     """``"each of 4 replica groups (dp_replicate managed by torchft): 8 ranks"``."""
     managed = "dp_replicate managed by torchft"
     return f"each of {groups} replica groups ({managed}): {plan.world_size} ranks"
+
+
+def same_groups(plan: MeshTopology, dims: Sequence[str]) -> dict[str, str]:
+    """Each of ``dims`` whose groups are those of an earlier one (tp and ep where ep borrows
+    the tp ranks, dp_shard and efsdp), with that earlier one: gangmesh builds one
+    communicator for both."""
+    ranks = np.arange(plan.world_size, dtype=np.int64)
+    ids = {dim: plan.group_ids(dim, ranks) for dim in dims}
+    twins: dict[str, str] = {}
+    for i, dim in enumerate(dims):
+        for earlier in dims[:i]:
+            pairs = np.unique(np.stack([ids[earlier], ids[dim]]), axis=1).shape[1]
+            if earlier not in twins and pairs == plan.group_count(dim) == plan.group_count(earlier):
+                twins[dim] = earlier
+                break
+    return twins
+
+
+def footer_lines(
+    plan: MeshTopology, per_node: int | None, findings: list[LocalityFinding], dims: list[Dim]
+) -> list[str]:
+    """The locality report's lines, less the findings the panels (of ``dims``) already show."""
+    if per_node is None:
+        return []
+    lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
+    beside = {f"  - {finding_label(f)}: {f}" for f in findings if f.dim in dims}
+    return [line.strip().removeprefix("- ") for line in lines if line not in beside]

@@ -21,7 +21,13 @@ import numpy as np
 from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
-from gangmesh.tools.render import finding_label, findings_text, replica_title, shown_sizes
+from gangmesh.tools.render import (
+    finding_label,
+    footer_lines,
+    replica_title,
+    same_groups,
+    shown_sizes,
+)
 from gangmesh.tools.svg_overview import OVERVIEW_WIDTH, overview
 from gangmesh.tools.svg_shapes import (
     CELL_H,
@@ -95,33 +101,17 @@ def plan_drawing(
     by_dim = {f.dim: f for f in findings or ()}
     expert = EXPERT_DIMS if plan.uses_experts else ()  # a dense job builds none of them
     dims = [d for d in (*plan.order, *expert) if plan.size_of(d) > 1]
-    twins = _same_groups(plan, dims)
+    twins = same_groups(plan, dims)
     panels = [
         _Panel.draw(plan, dim, grid, by_dim.get(dim), rank, offset, twins.get(dim)) for dim in dims
     ]
 
     heading = _heading(plan, per_node, offset, title)
     legend = _legend(plan, grid, panels, rank)
-    footer = _footer(plan, per_node, list(findings or ()), dims)
+    footer = footer_lines(plan, per_node, list(findings or ()), dims)
     large = plan.world_size > SVG_FULL_RANKS
     structure = overview(plan, per_node, dims, offset) if large else None
     return _page(heading, _sizes_text(plan), legend, panels, footer, structure)
-
-
-def _same_groups(plan: MeshTopology, dims: Sequence[str]) -> dict[str, str]:
-    """Each of ``dims`` whose groups are those of an earlier one (tp and ep where ep borrows
-    the tp ranks, dp_shard and efsdp), with that earlier one: gangmesh builds one
-    communicator for both."""
-    ranks = np.arange(plan.world_size, dtype=np.int64)
-    ids = {dim: plan.group_ids(dim, ranks) for dim in dims}
-    twins: dict[str, str] = {}
-    for i, dim in enumerate(dims):
-        for earlier in dims[:i]:
-            pairs = np.unique(np.stack([ids[earlier], ids[dim]]), axis=1).shape[1]
-            if earlier not in twins and pairs == plan.group_count(dim) == plan.group_count(earlier):
-                twins[dim] = earlier
-                break
-    return twins
 
 
 def _sizes_text(plan: MeshTopology) -> str:
@@ -397,17 +387,6 @@ def _legend(
             )
         )
     return lines
-
-
-def _footer(
-    plan: MeshTopology, per_node: int | None, findings: list[LocalityFinding], dims: list[Dim]
-) -> list[str]:
-    """The locality report's lines, less the findings the panels (of ``dims``) already show."""
-    if per_node is None:
-        return []
-    lines = findings_text(findings, plan=plan, ranks_per_node=per_node)
-    beside = {f"  - {finding_label(f)}: {f}" for f in findings if f.dim in dims}
-    return [line.strip().removeprefix("- ") for line in lines if line not in beside]
 
 
 def _window(world_size: int, per_node: int | None, rank: int | None) -> tuple[int, int]:
