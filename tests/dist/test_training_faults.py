@@ -73,12 +73,14 @@ def test_torch_s_own_error_uncaught_is_a_consequence_that_names_the_rank_that_br
     tmp_path, fault
 ):
     # trained outside `with gangs:`: torch's RuntimeError ends each survivor; its last words
-    # and error file name rank 3, so torchrun's summary does too. torchrun looks only after
-    # the timeout and 5 s, so that every survivor gets to its last words
+    # and error file name rank 3, so torchrun's summary does too. torchrun looks seldom, so
+    # that most survivors get to their last words; one it stops first says why it stopped
     run = run_hsdp(tmp_path, fault, "torch", (f"--monitor-interval={TIMEOUT + 6:g}",))
     assert run.returncode != 0, run.output
     said = last_words(run.output, [0, 1, 2])
-    assert sorted(said) == [0, 1, 2], run.output
+    assert said, run.output
+    for rank in {0, 1, 2} - set(said):
+        assert f"global rank {rank} stopped (SIGTERM) after global rank 3 on host" in run.output
     for got in said.values():
         assert got["culprits"] == [3], got["error"]
         assert re.search(FATES[fault], got["error"]), got["error"]
