@@ -94,6 +94,7 @@ def plan_table(
         shown = " ".join(short_group([r + offset for r in g]) for g in groups)
         more = " ..." if count > first else ""
         lines.append(f"{dim:<13} {plan.size_of(dim):>6} {count:>8}  {shown}{more}")
+    lines.extend(_same_groups_text(plan))
     if rank is not None:
         local = rank - offset
         coordinate = " ".join(f"{k}={v}" for k, v in shown_coordinate(plan, local).items())
@@ -276,6 +277,20 @@ def same_groups(plan: MeshTopology, dims: Sequence[str]) -> dict[str, str]:
                 twins[dim] = earlier
                 break
     return twins
+
+
+def _same_groups_text(plan: MeshTopology) -> list[str]:
+    """``"dp and efsdp have the groups of dp_shard, ep those of tp: one communicator each"``,
+    or nothing where no two dimensions of size > 1 share their groups."""
+    twins = same_groups(plan, [dim for dim in shown_dims(plan) if plan.size_of(dim) > 1])
+    alike: dict[str, list[str]] = {}
+    for dim, earlier in twins.items():
+        alike.setdefault(earlier, []).append(dim)
+    if not alike:
+        return []
+    parts = [f"{_join(dims)} {'has' if len(dims) == 1 else 'have'} the groups of {earlier}"
+             for earlier, dims in alike.items()]  # fmt: skip
+    return ["same groups: " + "; ".join(parts) + " (one communicator each)"]
 
 
 def footer_lines(

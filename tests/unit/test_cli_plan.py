@@ -37,6 +37,17 @@ def test_table_lists_each_dimension_the_rank_and_what_locality_checked(capsys):
     )
 
 
+def test_dimensions_that_share_their_groups_are_named_once_under_the_table(capsys):
+    assert main(["plan", "--world-size", "4096", "--pp", "4", "--tp", "8", "--ep", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(
+        "same groups: dp, efsdp and edp have the groups of dp_shard; ep has the groups of tp "
+        "(one communicator each)\n"
+    )
+    assert main(["plan", "--world-size", "16", "--tp", "2", "--dp-replicate", "2"]) == 0
+    assert "same groups" not in capsys.readouterr().out  # dp spans two dimensions there
+
+
 def test_the_all_clear_line_of_hsdp_names_what_was_checked(capsys):
     assert main(["plan", "--world-size", "16", "--tp", "2", "--dp-replicate", "2",
                  "--ranks-per-node", "8"]) == 0  # fmt: skip
