@@ -45,8 +45,13 @@ def boot_clock() -> float:
 def test_a_process_started_after_the_reading_is_left_out():
     with HostBed(1) as bed:
         before = boot_clock()
-        stray = subprocess.Popen(bed.command(0, ["sleep", "600"]), start_new_session=True)
+        stray = subprocess.Popen(
+            bed.command(0, ["sh", "-c", "echo in && exec sleep 600"]),
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+        )
         try:
+            assert stray.stdout is not None and stray.stdout.readline() == b"in\n"  # inside
             assert stray.pid in processes_in(bed.inodes)
             assert stray.pid not in processes_in(bed.inodes, before)
             assert bed.hosts[0].holder in processes_in(bed.inodes, before)
