@@ -101,16 +101,16 @@ def plan_drawing(
     by_dim = {f.dim: f for f in findings or ()}
     expert = EXPERT_DIMS if plan.uses_experts else ()  # a dense job builds none of them
     dims = [d for d in (*plan.order, *expert) if plan.size_of(d) > 1]
-    twins = same_groups(plan, dims)
-    panels = [
-        _Panel.draw(plan, dim, grid, by_dim.get(dim), rank, offset, twins.get(dim)) for dim in dims
-    ]
+    twins = same_groups(plan, dims)  # drawn once, in the panel of the dimension they follow
+    drawn = [d for d in dims if d not in twins]
+    also = {d: [twin for twin, first in twins.items() if first == d] for d in drawn}
+    panels = [_Panel.draw(plan, d, grid, by_dim.get(d), rank, offset, also[d]) for d in drawn]
 
     heading = _heading(plan, per_node, offset, title)
     legend = _legend(plan, grid, panels, rank)
     footer = footer_lines(plan, per_node, list(findings or ()), dims)
     large = plan.world_size > SVG_FULL_RANKS
-    structure = overview(plan, per_node, dims, offset) if large else None
+    structure = overview(plan, per_node, drawn, offset) if large else None
     return _page(heading, _sizes_text(plan), legend, panels, footer, structure)
 
 
@@ -228,7 +228,7 @@ class _Panel:
         finding: LocalityFinding | None,
         rank: int | None,
         offset: int = 0,
-        twin: str | None = None,
+        twins: Sequence[str] = (),
     ) -> _Panel:
         size, count = plan.size_of(dim), plan.group_count(dim)
         local = grid.ranks - offset
@@ -238,8 +238,9 @@ class _Panel:
         totals = f"{count} groups of {size} ranks"
         if len(grid.ranks) < plan.world_size:
             totals += f"; {len(drawn)} of them have ranks drawn here"
-        if twin is not None:
-            totals += f"; the same groups as {twin} (one communicator each)"
+        if twins:
+            header = f"{' = '.join((dim, *twins))}: {FACTS[Dim(dim)].description}"
+            totals += "; the same groups for each name (one communicator each)"
         parts = [
             text_at(0, 14, header, 12, font_weight="bold"),
             text_at(0, 30, totals, 11, fill="#444"),

@@ -87,10 +87,10 @@ def overview(
 
 def _where(plan: MeshTopology, dim: str, unit: int, node: str, coordinate: np.ndarray) -> str:
     """Which nodes (or blocks) each coordinate (up to 4) and the first group occupy; a
-    coordinate is named by its dimension ("dp_shard rank 0"), never as a bare rank, which
-    would read as a global one."""
+    coordinate is named by its dimension ("dp_shard 0"), never as a rank, which would read
+    as a global one."""
     role = FACTS[Dim(dim)].member
-    label = f"{dim} {role}" if role == "rank" else role  # "dp_shard rank 0", "stage 0"
+    label = dim if role == "rank" else role  # "dp_shard 0", "stage 0"
     size = plan.size_of(dim)
     first = np.unique(np.asarray(plan.first_groups(dim, 1)[0]) // unit)
     if len(first) == 1:
