@@ -173,11 +173,12 @@ def main() -> None:
     me = int(os.environ["RANK"])
     made: list[gm.Gangs] = []
     fault = Fault(me, kind, made) if me == victim else None
-    strike_later = None if fault is None or delay == 0 else threading.Timer(delay, fault.strike)
+    strike_later = None  # a fault in setup strikes from a timer, even after 0 s
+    if fault is not None and (delay > 0 or moment == "setup"):
+        strike_later = threading.Timer(delay, fault.strike)
     if fault is None:
         write_results(me, {"pid": os.getpid(), "started": time.time()})
-    elif moment == "setup":
-        assert strike_later is not None
+    elif strike_later is not None and moment == "setup":
         strike_later.start()
     try:
         root = gm.setup_root_gang(torch.device("cpu"), timeout=timeout)
