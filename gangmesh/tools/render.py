@@ -280,8 +280,8 @@ def same_groups(plan: MeshTopology, dims: Sequence[str]) -> dict[str, str]:
 
 
 def _same_groups_text(plan: MeshTopology) -> list[str]:
-    """``"dp and efsdp have the groups of dp_shard, ep those of tp: one communicator each"``,
-    or nothing where no two dimensions of size > 1 share their groups."""
+    """The line under the table naming the dimensions that share their groups ("same groups:
+    dp has the groups of dp_shard (one communicator each)"); none where none do."""
     twins = same_groups(plan, [dim for dim in shown_dims(plan) if plan.size_of(dim) > 1])
     alike: dict[str, list[str]] = {}
     for dim, earlier in twins.items():
