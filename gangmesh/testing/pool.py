@@ -250,7 +250,7 @@ def _run(
             break
         member = world.members[event.rank]
         if event.kind == "ready":
-            member.stream = event.payload
+            member.connection, member.stream = event.payload
             send(member)
             sent.add(member.rank)
             continue
@@ -298,9 +298,8 @@ def _accept(world: _PooledWorld) -> None:
 def _listen(world: _PooledWorld, connection: socket.socket) -> None:
     stream = connection.makefile("rwb")
     with contextlib.suppress(OSError, ValueError):
-        rank = int(json.loads(stream.readline())["ready"])
-        world.members[rank].connection = connection
-        world.events.put(_Event("ready", rank, stream))
+        rank = int(json.loads(stream.readline())["ready"])  # maybe before its spawn returned
+        world.events.put(_Event("ready", rank, (connection, stream)))
         for line in stream:
             world.events.put(_Event("reply", rank, json.loads(line)))
 
