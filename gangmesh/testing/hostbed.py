@@ -25,6 +25,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import signal
 import tempfile
 import time
@@ -45,6 +46,8 @@ HOSTS_VARIABLE = "GANGMESH_TEST_HOSTS"
 """Environment variable that tells a process on a host of a bed where it is (JSON)."""
 
 _BRIDGE = "link0"
+_SWEEP_BOUND = 30.0
+"""Seconds :meth:`HostBed.close` goes on killing what it finds on the hosts."""
 _counter = itertools.count()
 
 
@@ -182,13 +185,19 @@ class HostBed:
         return killed
 
     def close(self) -> None:
-        """Kill every process on every host, end the holders, remove the files; idempotent."""
-        leftover = processes_in(self.inodes) if self._holders and hasattr(self, "inodes") else []
-        holders = {holder.pid for holder in self._holders}
-        for pid in leftover:
-            if pid not in holders and pid != os.getpid():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        """Kill every process on every host, end the holders, remove the files; idempotent.
+
+        The hosts are swept until nothing but the holders is left in them (a launcher may
+        start a process as the sweep kills it), for :data:`_SWEEP_BOUND` seconds at most.
+        """
+        holders = {holder.pid for holder in self._holders} | {os.getpid()}
+        deadline = time.monotonic() + _SWEEP_BOUND
+        while self._holders and hasattr(self, "inodes") and time.monotonic() < deadline:
+            leftover = [pid for pid in processes_in(self.inodes) if pid not in holders]
+            if not leftover:
+                break
+            for pid in leftover:
+                _kill_and_wait(pid, deadline)
         for holder in reversed(self._holders):
             holder.close()
         if self._holders:
@@ -212,6 +221,21 @@ class HostBed:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _kill_and_wait(pid: int, deadline: float) -> None:
+    """SIGKILL process ``pid`` and wait until it has ended (until ``deadline`` at most)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        signal.pidfd_send_signal(handle, signal.SIGKILL)
+        select.select([handle], [], [], max(0.0, deadline - time.monotonic()))
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
 
 
 def _set_port(host: Host, state: str) -> None:
