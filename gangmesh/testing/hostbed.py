@@ -188,7 +188,7 @@ class HostBed:
         """Kill every process on every host, end the holders, remove the files; idempotent.
 
         The hosts are swept until nothing but the holders is left in them (a launcher may
-        start a process as the sweep kills it), for :data:`_SWEEP_BOUND` seconds at most.
+        start a process as the sweep kills it), for 30 s at most.
         """
         holders = {holder.pid for holder in self._holders} | {os.getpid()}
         deadline = time.monotonic() + _SWEEP_BOUND
