@@ -9,6 +9,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -115,6 +117,43 @@ def test_a_stopped_culprit_killed_by_a_survivor_is_named_as_that_survivor_saw_it
     finally:
         victim.kill()
         victim.wait()
+
+
+def in_function(thread: threading.Thread, name: str) -> bool:
+    """Whether ``thread`` is running, somewhere inside a function called ``name``."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None and frame.f_code.co_name != name:
+        frame = frame.f_back
+    return frame is not None
+
+
+def test_rank_0_whose_store_closed_before_proc_shows_it_ended_is_still_named():
+    # Rank 0 serves the store and exits: its sockets close before /proc shows it ended, so a
+    # survivor whose store calls fail may find it still running. It looks again until it ends.
+    server = served_store()
+    rank_0 = subprocess.Popen(["sh", "-c", "read line; exit 3"], stdin=subprocess.PIPE)
+    try:
+        started = peer_state.start_time(rank_0.pid)
+        record = {"pid": rank_0.pid, "started": started, "seconds": time.time()}
+        server.set("gangmesh/failures/rank/0", json.dumps({**record, "host": socket.gethostname()}))
+        line = line_to("127.0.0.1", server.port, timedelta(seconds=30), "gangmesh/failures")
+        channel = Channel(line, 1, 2)
+        channel.fates([0], 5)  # the line's calls run in order: rank 0's record is known now
+        found: list[object] = []
+        survivor = threading.Thread(target=lambda: found.append(channel.without_store(30)))
+        survivor.start()
+        while survivor.is_alive() and not in_function(survivor, "without_store"):
+            time.sleep(0.01)
+        assert survivor.is_alive(), f"gave up on a rank 0 that still ran: {found}"
+        assert rank_0.stdin is not None
+        rank_0.stdin.close()  # rank 0 ends, a zombie until reaped: /proc tells how
+        survivor.join(30)
+        assert [str(c) for c in found[0].culprits] == [  # type: ignore[attr-defined]
+            f"global rank 0 on host {channel.host} (pid {rank_0.pid}) exited with code 3"
+        ]
+    finally:
+        rank_0.kill()
+        rank_0.wait()
 
 
 def set_call(server: dist.TCPStore, rank: int, call: Call) -> None:

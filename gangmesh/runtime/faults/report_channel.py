@@ -218,15 +218,18 @@ class Channel:
 
         self._line.call(wait, bound + REPORT_BOUND)
 
-    def without_store(self) -> Explanation | None:
+    def without_store(self, bound: float = REPORT_BOUND) -> Explanation | None:
         """What /proc says where the store no longer answers: rank 0 ended on this host
-        without keeping it (it serves the store where no launcher's agent does)."""
+        without keeping it (it serves the store where no launcher's agent does). Its sockets
+        close before /proc shows it ended: it is looked at again for up to ``bound`` seconds."""
         record = self._rank_0
         if record is None or record["host"] != self.host or record["seconds"] < self._since:
             return None
-        fate = peer_state.fate(int(record["pid"]), record.get("started"))
-        if fate is None:
-            return None
+        deadline = time.monotonic() + bound
+        while (fate := peer_state.fate(int(record["pid"]), record.get("started"))) is None:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(_POLL)  # its end is not signalled to this process
         path = str(record.get("error_file", ""))
         return Explanation((Culprit(0, self.host, int(record["pid"]), fate, time.time(), path),))
 
