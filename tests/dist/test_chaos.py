@@ -3,8 +3,9 @@
 Each trial draws, from a generator seeded by the trial's seed:
 
 - the job: a loop of gang calls (dp_shard 2 x tp 2; workers/chaos.py), or real training steps
-  (workers/train_faults.py): FSDP2 HSDP (2 x 2), tensor parallel x FSDP2 (2 x 2) or a 2-stage
-  pipeline schedule beside data parallel 2, where most collectives are torch's own;
+  (workers/train_faults.py): FSDP2 HSDP (2 x 2), tensor parallel x FSDP2 (2 x 2), a 2-stage
+  pipeline schedule beside data parallel 2, or the same with each stage under FSDP2, where
+  most collectives are torch's own;
 - the victim, any of 4 ranks;
 - the kind of fault: an exception, an exit, SIGKILL, SIGSTOP, a hang (alive, it stops
   entering collectives), or a desync (an all-reduce of its own on the root gang that no peer
@@ -71,7 +72,7 @@ FATES = {
     "desync": r"collectives do not match: global rank \d+ is in all_reduce\(SUM\) on \[3\] ",
 }
 LAUNCHERS = ("torchrun", "torchrun-monitor-above-timeout", "bare")
-JOBS = ("gangs", "hsdp", "tp_fsdp", "pp")
+JOBS = ("gangs", "hsdp", "tp_fsdp", "pp", "pp_fsdp")
 
 
 @dataclass(frozen=True)

@@ -91,3 +91,27 @@ def test_torch_s_own_error_uncaught_is_a_consequence_that_names_the_rank_that_br
         hosts = [socket.gethostname(), socket.getfqdn()]
         lines = [f"global rank {rank}: GangError: {got['error']}" for rank, got in said.items()]
         assert_line_shown("howto.rst", "# trained outside", "GangError", lines, hosts=hosts)
+
+
+@pytest.mark.parametrize(("job", "fault"), [("pp_fsdp", "sigkill"), ("pp", "raise")])
+def test_inside_a_pipeline_stage_torch_s_wrapper_is_seen_through(tmp_path, job, fault):
+    # A pipeline stage raises its own RuntimeError ("[Stage 1] failed to run forward") from
+    # whatever its forward raised: FSDP2's failed all-gather in rank 2, the program's
+    # ValueError in rank 3. Both are read as the error inside: rank 2 names rank 3 and FSDP2's
+    # collective; rank 3's error, as every survivor and torchrun tell it, is its ValueError.
+    args = (str(tmp_path), "3", fault, "0", "raise", f"{TIMEOUT:g}", "forward", job, "2")
+    options = ("--monitor-interval=30",)  # torchrun's first look: after every survivor raised
+    run = torchrun("train_faults.py", 4, *args, timeout=150, options=options)
+    found = run.results(tmp_path)
+    assert run.returncode != 0 and 3 in found, run.output
+    for rank in (0, 1, 2):
+        assert "error" in found[rank], run.output
+        error = found[rank]["error"]
+        assert found[rank]["culprits"] == [3], error
+        assert re.search(FATES[fault], error), error
+        assert "failed to run forward" not in error, error
+    if job == "pp_fsdp":
+        assert re.match(r"all_gather failed on process group '\w+' .*FSDP2's", found[2]["error"])
+    assert_root_cause_is_rank_3(run.output)
+    root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
+    assert fault != "raise" or "ValueError: step 2: the loss is NaN" in root_cause, run.output

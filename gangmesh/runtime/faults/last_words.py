@@ -25,6 +25,7 @@ from types import TracebackType
 import gangmesh.runtime.faults.error_files as error_files
 import gangmesh.runtime.faults.failure_reports as failure_reports
 import gangmesh.runtime.faults.torch_calls as torch_calls
+import gangmesh.runtime.faults.torch_errors as torch_errors
 from gangmesh.runtime.gang import GangError
 
 log = logging.getLogger("gangmesh")
@@ -91,15 +92,16 @@ def last_words(value: BaseException, tb: TracebackType | None) -> None:
     channel = failure_reports.channel()
     if channel is None:
         return
-    named = value if isinstance(value, GangError) else torch_calls.consequence(value)
+    inner = torch_errors.unwrapped(value)  # the program's own error, where torch wrapped it
+    named = inner if isinstance(inner, GangError) else torch_calls.consequence(inner)
     if named is None:
         _own_error = True
-        channel.report(f"raised {first_line(value)}")
+        channel.report(f"raised {first_line(inner)}")
     elif named is not value:  # torch's error: say who broke the job before the traceback
         log.error("global rank %d: %s", channel.rank, first_line(named))
     path = error_files.own_path()
     if path and (named is None or not error_files.named_by_a_survivor()):
-        told = value if named is None else named
+        told = inner if named is None else named
         message = f"{type(told).__name__}: {told}"
         callstack = "".join(traceback.format_exception(type(value), value, tb))
         error_files.write(path, message, callstack, time.time() + (0 if named is None else 1))

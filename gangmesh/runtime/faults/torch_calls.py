@@ -65,7 +65,9 @@ class TorchCall:
 def consequence(error: BaseException) -> GangError | None:
     """The GangError that names who broke the collective ``error`` (torch's) failed in, where
     it is one that followed a peer's failure; None otherwise (a GangError already, an error of
-    this process's own, or a process that reports no failures: no launcher's store)."""
+    this process's own, or a process that reports no failures: no launcher's store). An error
+    torch raised around another (a pipeline stage's) is read as the one inside."""
+    error = torch_errors.unwrapped(error)
     if isinstance(error, GangError) or not torch_errors.is_collective_failure(error):
         return None
     channel = failure_reports.channel()
@@ -96,8 +98,9 @@ def _place(group: ProcessGroup | None) -> tuple[list[int], int]:
 
 def torch_call(tb: TracebackType | None) -> TorchCall:
     """The innermost torch.distributed collective of traceback ``tb``, with its group (None
-    where the error came from waiting on its work, which names none), and the outermost
-    frame of torch's that tells whose it was."""
+    where the error came from waiting on its work, which names none), and whose it was: the
+    part of torch nearest the call (FSDP2 inside a pipeline stage: FSDP2's), with that part's
+    outermost frame."""
     op, group, caller, function = "a collective", None, "", ""
     while tb is not None:
         frame = tb.tb_frame
@@ -109,7 +112,7 @@ def torch_call(tb: TracebackType | None) -> TorchCall:
             group = dist.group.WORLD if named is None else named
             group = group if isinstance(group, ProcessGroup) else None
         whose = next((whose for path, whose in _CALLERS if _under(parts, path)), "")
-        if whose and not caller and code.co_name not in _WRAPPERS:
+        if whose and whose != caller and code.co_name not in _WRAPPERS:  # nearer the call
             caller, function = whose, code.co_name
         tb = tb.tb_next
     return TorchCall(op, group, caller, function)

@@ -7,7 +7,9 @@ torch's own text (a source path, gloo's advice, C++ frames) stays in the GangErr
 from __future__ import annotations
 
 import re
+from pathlib import PurePath
 
+import torch
 import torch.distributed as dist
 
 _SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
@@ -23,6 +25,8 @@ _KINDS = (
     ),
     (re.compile(r"Connection refused"), "a peer refused the connection"),
 )
+_TORCH = PurePath(torch.__file__).parent
+"""Where torch's own code lies."""
 _MAX = 160
 """The most characters of torch's first line that a message repeats."""
 
@@ -34,6 +38,23 @@ def is_collective_failure(error: BaseException) -> bool:
     if isinstance(error, dist.DistError):
         return True
     return isinstance(error, RuntimeError) and bool(_SOURCE.match(str(error).strip()))
+
+
+def unwrapped(error: BaseException) -> BaseException:
+    """The error ``error`` stands for: where torch raised it around another one (``raise ...
+    from``: a pipeline stage's "failed to run forward" around the program's error or around a
+    collective's), that one, followed inward as long as torch wrapped it."""
+    while error.__cause__ is not None and _raised_by_torch(error):
+        error = error.__cause__
+    return error
+
+
+def _raised_by_torch(error: BaseException) -> bool:
+    """Whether ``error`` was raised in torch's code (its innermost frame lies in torch)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and PurePath(tb.tb_frame.f_code.co_filename).is_relative_to(_TORCH)
 
 
 def summary(cause: BaseException, timeout: float) -> str:

@@ -3,8 +3,9 @@
     train_faults.py OUT VICTIM KIND DELAY ENDING TIMEOUT MOMENT JOB STEP
 
 JOB is the training: "hsdp" (FSDP2 over dp_replicate 2 x dp_shard 2), "tp_fsdp" (tensor
-parallel 2 x FSDP2 2 over one mesh) or "pp" (a 2-stage pipeline schedule over pp 2, data
-parallel 2 beside it). VICTIM breaks as KIND says:
+parallel 2 x FSDP2 2 over one mesh), "pp" (a 2-stage pipeline schedule over pp 2, data
+parallel 2 beside it) or "pp_fsdp" (the same, each stage under FSDP2 over dp_shard 2; the
+forward fault strikes before FSDP2's all-gather). VICTIM breaks as KIND says:
 
 - at MOMENT "setup", DELAY seconds after its start (a thread of its own strikes wherever the
   main thread is: inside ``setup_root_gang``, ``create_gangs``, FSDP2's wrapping, the first
@@ -122,6 +123,8 @@ def build(job: str, gangs: gm.Gangs) -> tuple[nn.Module, nn.Module, object | Non
         fully_shard(model, mesh=mesh["dp_shard_cp"])
         return model, model[1], None
     stage_module = model[gangs.pp.rank]
+    if job == "pp_fsdp":  # FSDP2 inside each stage: its all-gathers run in the stage's forward
+        fully_shard(stage_module, mesh=mesh["dp_shard_cp"])
     stage = Stage(stage_module, gangs.pp.rank, gangs.pp.size, gangs.root.device,
                   group=gangs.pp.as_process_group())  # fmt: skip
     schedule = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda out, _: out.pow(2).mean())
@@ -145,7 +148,8 @@ def train(job: str, gangs: gm.Gangs, fault: Fault | None, moment: str, step_of_f
         fault.in_main_thread(step)
 
     step = 0
-    hooked.register_forward_pre_hook(lambda *_: at("forward", step))
+    # in pp_fsdp before FSDP2's all-gather, so that the stage's peer waits inside the stage
+    hooked.register_forward_pre_hook(lambda *_: at("forward", step), prepend=job == "pp_fsdp")
     optimizer.register_step_pre_hook(lambda *_: at("optimizer", step))
     for step in range(1_000_000):
         batch = torch.full((BATCH, WIDTH), 0.1 * (gangs.dp.rank + 1))
@@ -155,7 +159,7 @@ def train(job: str, gangs: gm.Gangs, fault: Fault | None, moment: str, step_of_f
             else:
                 schedule.step(target=batch)
             at("backward", step)
-            for parameter in model.parameters():
+            for parameter in model.parameters() if job == "pp" else ():
                 if parameter.grad is not None:
                     gangs.dp.all_reduce(parameter.grad, gm.ReduceOperation.MEAN)
         else:
@@ -182,7 +186,13 @@ def main() -> None:
         strike_later.start()
     try:
         root = gm.setup_root_gang(torch.device("cpu"), timeout=timeout)
-        sizes = {"pp": 2} if job == "pp" else {"tp": 2} if job == "tp_fsdp" else {"dp_replicate": 2}
+        sizes = (
+            {"pp": 2}
+            if job.startswith("pp")
+            else {"tp": 2}
+            if job == "tp_fsdp"
+            else {"dp_replicate": 2}
+        )
         gangs = gm.create_gangs(root, **sizes)
         made.append(gangs)
         with gangs if ending != "torch" else contextlib.nullcontext(gangs):
