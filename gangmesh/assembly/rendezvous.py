@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
+from gangmesh.assembly.store_calls import BoundedStore
 from gangmesh.runtime import _c10d, faults
 from gangmesh.runtime.environment import LaunchEnvironment
 from gangmesh.runtime.gang import GangError
@@ -98,14 +99,14 @@ def _announce_setup(base: Store, env: LaunchEnvironment, setup: int, deadline: f
     while base.add(taken, 0) < env.world_size - 1 and time.monotonic() < deadline:
         announcement = base.add("gangmesh/announcements", 1)
         base.set(f"gangmesh/announcement{announcement}", json.dumps([setup, time.time()]))
-        # A plain pause: after store waits that time out, torch's client was seen to
-        # read later answers out of step.
+        # a plain pause: after store waits time out, torch's client reads answers out of step
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(pause * 2, 0.2)
 
 
-def _take_setup(base: Store, deadline: float) -> int:
+def _take_setup(base: Store | BoundedStore, deadline: float) -> int:
     """Another rank: the setup number of the first announcement after this call asked."""
+    base = BoundedStore(base)  # a stopped rank 0 serving it holds no rank here for good
     after: int = base.add("gangmesh/announcements", 0)
     announcement = f"gangmesh/announcement{after + 1}"
     base.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
@@ -122,10 +123,11 @@ def unannounced(env: LaunchEnvironment, timeout: timedelta, error: GangError) ->
     base = _connections.get((env.master_addr, env.master_port, env.rank, env.agent_store))
     if env.rank == 0 or base is None:
         return error
+    calls = BoundedStore(base)  # the meeting may have given up on it: it may not answer
     try:
-        last = base.add("gangmesh/announcements", 0)
-        setup, said = json.loads(base.get(f"gangmesh/announcement{last}"))
-        waiting = env.world_size - 1 - base.add(f"gangmesh/setup{setup}/taken", 0)
+        last = calls.add("gangmesh/announcements", 0)
+        setup, said = json.loads(calls.get(f"gangmesh/announcement{last}"))
+        waiting = env.world_size - 1 - calls.add(f"gangmesh/setup{setup}/taken", 0)
     except (RuntimeError, ValueError, ConnectionError):
         return error
     quiet = time.time() - float(said)
@@ -188,13 +190,10 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
 def _ipv4_listener(env: LaunchEnvironment) -> socket.socket | None:
     """Where MASTER_ADDR is an IPv4 address: a socket listening on every IPv4 interface at
     MASTER_PORT, for the store's server; None elsewhere (torch's own listens on IPv6 too).
-
-    torch's server looks up the name of each client's address when it connects. On its
-    own dual-stack socket a local client is ``::ffff:127.0.0.1``, which no hosts file
-    names: each connection asks the name server, and a query it drops holds the server
-    (every rank's setup with it) for the resolver's retry time, 5 s with glibc. On an IPv4
-    socket the client is ``127.0.0.1``, which the hosts file names.
-    """
+    torch's server looks up the name of each client's address as it connects: on its own
+    dual-stack socket a local client is ``::ffff:127.0.0.1``, which no hosts file names, and
+    a query the name server drops holds the server (every rank's setup with it) for the
+    resolver's retry time, 5 s with glibc; on an IPv4 socket it is ``127.0.0.1``."""
     try:
         if ipaddress.ip_address(env.master_addr).version != 4:
             return None
@@ -212,11 +211,8 @@ def _ipv4_listener(env: LaunchEnvironment) -> socket.socket | None:
 
 
 def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:
-    """Return once the store's server accepts connections; GangError at the deadline.
-
-    A host that drops packets can hold a plain connect for minutes; short attempts keep
-    the wait within the configured timeout.
-    """
+    """Return once the store's server accepts connections; GangError at the deadline (short
+    attempts: a host that drops packets can hold a plain connect for minutes)."""
     who = "torchrun's agent" if env.agent_store else "rank 0"
     try:
         socket.getaddrinfo(env.master_addr, env.master_port)
@@ -281,30 +277,31 @@ def meet(
     canonical = json.dumps(request, sort_keys=True).encode()
     digest = hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:16]
     named = list(range(world_size)) if members is None else list(members)
+    calls = BoundedStore(store)  # a stopped rank 0 serving it holds no rank here for good
     try:
         if not arrived:
-            store.set(f"{prefix}{rank}", text)
-            store.set(f"host/{named[rank]}", socket.gethostname())
-            store.add(f"{prefix}same/{digest}", 1)
-            if store.add(f"{prefix}arrived", 1) == world_size:  # unless rank 0 gave up first:
-                store.compare_set(f"{prefix}all", "", "1")
+            calls.set(f"{prefix}{rank}", text)
+            calls.set(f"host/{named[rank]}", socket.gethostname())
+            calls.add(f"{prefix}same/{digest}", 1)
+            if calls.add(f"{prefix}arrived", 1) == world_size:  # unless rank 0 gave up first:
+                calls.compare_set(f"{prefix}all", "", "1")
         if not wait:
             return None
         try:
-            store.wait([f"{prefix}all"], timeout if left is None else left)
+            calls.wait([f"{prefix}all"], timeout if left is None else left)
         except RuntimeError as ex:
-            missing = [m for r, m in enumerate(named) if not store.check([f"{prefix}{r}"])]
+            missing = [m for r, m in enumerate(named) if not calls.check([f"{prefix}{r}"])]
             if not missing:  # each left its request; one stopped or ended before it counted
                 missing = sorted(faults.fates(named))
-            error = _absentees(store, _label(topic), missing, timeout)
-            if rank != 0 or _tell_the_others(store, prefix, error):
+            error = _absentees(calls, _label(topic), missing, timeout)
+            if rank != 0 or _tell_the_others(calls, prefix, error):
                 faults.record_named(error, time.time())
                 raise error from ex
-        if (ended := store.get(f"{prefix}all")) != b"1":
+        if (ended := calls.get(f"{prefix}all")) != b"1":
             raise _told(ended)
-        if store.add(f"{prefix}same/{digest}", 0) == world_size:
+        if calls.add(f"{prefix}same/{digest}", 0) == world_size:
             return None
-        texts = store.multi_get([f"{prefix}{r}" for r in range(world_size)])
+        texts = calls.multi_get([f"{prefix}{r}" for r in range(world_size)])
     except (RuntimeError, ConnectionError) as ex:
         if isinstance(ex, GangError):
             raise
@@ -312,7 +309,7 @@ def meet(
     return {r: json.loads(t.decode() if isinstance(t, bytes) else t) for r, t in enumerate(texts)}
 
 
-def _tell_the_others(store: Store, prefix: str, error: GangError) -> bool:
+def _tell_the_others(store: Store | BoundedStore, prefix: str, error: GangError) -> bool:
     """Rank 0 of a meeting that did not end: the others get its finding at once, not at their
     own timeouts (by then a store that rank 0 serves is gone, and rank 0 taken for the
     culprit). False where the last rank came just now: the meeting ended after all."""
@@ -338,7 +335,9 @@ def _label(topic: str) -> str:
     return topic.partition("#")[0].partition("@")[0]
 
 
-def _absentees(store: Store, topic: str, missing: list[int], timeout: timedelta) -> GangError:
+def _absentees(
+    store: Store | BoundedStore, topic: str, missing: list[int], timeout: timedelta
+) -> GangError:
     """The error of a meeting that ``missing`` (global ranks) did not come to, saying how
     they broke where the job's failure reports tell, else their hosts where known. Its
     culprits are those that broke, where some did (the others may be waiting for them)."""
