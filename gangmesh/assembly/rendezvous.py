@@ -104,15 +104,15 @@ def _announce_setup(base: Store, env: LaunchEnvironment, setup: int, deadline: f
         pause = min(pause * 2, 0.2)
 
 
-def _take_setup(base: Store | BoundedStore, deadline: float) -> int:
+def _take_setup(base: Store, deadline: float) -> int:
     """Another rank: the setup number of the first announcement after this call asked."""
-    base = BoundedStore(base)  # a stopped rank 0 serving it holds no rank here for good
-    after: int = base.add("gangmesh/announcements", 0)
+    calls = BoundedStore(base)  # a stopped rank 0 serving it holds no rank here for good
+    after: int = calls.add("gangmesh/announcements", 0)
     announcement = f"gangmesh/announcement{after + 1}"
-    base.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
-    setup = int(json.loads(base.get(announcement))[0])
+    calls.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
+    setup = int(json.loads(calls.get(announcement))[0])
     taken = f"gangmesh/setup{setup}/taken"
-    base.add(taken, 1)
+    calls.add(taken, 1)
     return setup
 
 
