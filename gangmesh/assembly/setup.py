@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from gangmesh.assembly import gpu_claims
 from gangmesh.assembly.agreement import disagreement
 from gangmesh.assembly.rendezvous import job_store, meet, started_with, unannounced
 from gangmesh.plan._checks import InvalidTypeError, check_flag, check_timeout
@@ -48,15 +49,17 @@ def setup_root_gang(
     gangmesh creates later from this gang. ``monitored`` makes ``barrier()``
     name the ranks that did not arrive.
 
-    :param device: this process's device; default: ``cuda:LOCAL_RANK`` where CUDA is
-        available (one GPU per process of the node), else ``cpu`` (for a default group
-        already started: its backend's).
+    :param device: this process's device; default: ``cuda:LOCAL_RANK`` where torch sees a
+        GPU for each process of the node, ``cuda:0`` where the launcher showed each process
+        its own GPUs (``CUDA_VISIBLE_DEVICES``), else ``cpu`` (for a default group already
+        started: its backend's).
     :param timeout: bound of every wait, here and in the groups made later.
     :param monitored: whether barriers name the ranks that did not arrive.
     :param high_priority: whether NCCL uses high-priority streams.
     :raises ValueError: an inconsistent environment, an unsupported device, more processes
-        on the node than GPUs where the device is left to the default, or processes that
-        asked for different timeouts or devices.
+        on the node than GPUs where the device is left to the default, two processes of a
+        host on one GPU (before NCCL starts), or processes that asked for different timeouts
+        or devices.
     :raises GangError: the store or the process group cannot start in time.
     """
     if device is not None and not isinstance(device, torch.device):
@@ -88,8 +91,11 @@ def setup_root_gang(
         meeting = partial(meet, topic="setup_root_gang", rank=rank, world_size=world_size,
                           request=request, timeout=timeout)  # fmt: skip
 
+        claimed: list[str | None] = []
+
         def arrive(store: Store) -> None:
             faults.open_reports(None, timeout)  # a rank that breaks from here on is named
+            claimed.append(gpu_claims.claim(store, device, rank))
             meeting(store, wait=False)
 
         store = job_store(env, timeout, arrive)
@@ -100,6 +106,7 @@ def setup_root_gang(
             raise unannounced(env, timeout, ex) from ex
         if differing is not None:
             raise ValueError(f"setup_root_gang: {disagreement(differing)}")
+        gpu_claims.check(store, claimed[0], device)  # every process has claimed its GPU
     root = ProcessGroupGang.create_default_process_group(
         device,
         timeout=timeout,

@@ -23,7 +23,8 @@ from typing import NamedTuple, overload
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _c10d, default_group
+from gangmesh.runtime import _c10d
+from gangmesh.runtime.backends import leading_backend
 
 log = logging.getLogger("gangmesh")
 
@@ -234,6 +235,10 @@ class Registry:
         """Whether gangmesh created ``group`` (False for groups it was lent or does not know)."""
         return any(e.group is group and e.created for e in self._entries.values())
 
+    def held(self) -> list[ProcessGroup]:
+        """Every group held, created or lent."""
+        return [e.group for e in self._entries.values() if e.group is not None]
+
     def forget(self, entry: _Entry) -> None:
         """Drop an entry nobody holds; destroy its group if gangmesh created it."""
         if self._entries.get(entry.key) is entry:
@@ -254,7 +259,7 @@ class Registry:
             backend=key.backend,
             timeout=key.timeout,
             options=_c10d.backend_options(
-                default_group.leading_backend(key.backend), key.timeout, key.high_priority
+                leading_backend(key.backend), key.timeout, key.high_priority
             ),
             description=_description(label, key.ranks),
         )
@@ -262,7 +267,7 @@ class Registry:
 
 def _options(backend: str, timeout: timedelta, high_priority: bool) -> object | None:
     """New options for a split of a ``backend`` parent (see :func:`_c10d.split_options`)."""
-    return _c10d.split_options(default_group.leading_backend(backend), timeout, high_priority)
+    return _c10d.split_options(leading_backend(backend), timeout, high_priority)
 
 
 _generations: Counter[tuple[tuple[int, ...], str]] = Counter()
@@ -359,3 +364,9 @@ def lend(group: ProcessGroup, key: CommunicatorKey) -> Lease:
 def created_by_gangmesh(group: ProcessGroup) -> bool:
     """Whether gangmesh created ``group``."""
     return _registry().created(group)
+
+
+def held_groups() -> list[ProcessGroup]:
+    """Every group gangmesh holds in this process: those it created and those it was lent
+    (the default group it wraps, the groups of a user's mesh)."""
+    return _registry().held()

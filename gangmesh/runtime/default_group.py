@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
 from gangmesh.runtime import _c10d, faults
+from gangmesh.runtime.backends import device_backends, leading_backend
 from gangmesh.runtime.environment import DEVICE_VARIABLE, wanted_device_type
 from gangmesh.runtime.gang import GangError
 
@@ -23,16 +25,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("gangmesh")
 
 
-def default_device(local_rank: int = 0, local_world_size: int = 1) -> torch.device:
-    """cuda:LOCAL_RANK where torch sees GPUs, else cpu; one GPU per local process.
-    ``GANGMESH_DEVICE`` (cpu or cuda) chooses instead (a test suite's gloo worlds on a GPU
-    machine say cpu).
+GPU_CHOOSERS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+"""Variables through which a launcher shows each process the GPUs it chose for it (SLURM's
+GPU binding, a wrapper per rank, a container's device plugin)."""
+_EVERY_GPU = ("", "all", "none", "void")
+"""Values of those variables that choose nothing per process."""
 
-    :raises ValueError: more processes on this node than GPUs (NCCL refuses two ranks on one
-        GPU), GANGMESH_DEVICE=cuda where torch sees no GPU, or another GANGMESH_DEVICE;
-        before anything starts.
+
+def default_device(
+    local_rank: int = 0, local_world_size: int = 1, env: Mapping[str, str] | None = None
+) -> torch.device:
+    """cuda:LOCAL_RANK where torch sees a GPU for each process of the node; cuda:0 where a
+    launcher chose each process's GPUs (``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``:
+    SLURM's ``--gpus-per-task``, a container's device plugin), setup then checking that no two
+    processes of a host took the same GPU; else cpu. ``GANGMESH_DEVICE`` (cpu or cuda) chooses
+    instead (a test suite's gloo worlds on a GPU machine say cpu).
+
+    :raises ValueError: more processes on this node than GPUs, all of them visible to every
+        process (NCCL refuses two ranks on one GPU), GANGMESH_DEVICE=cuda where torch sees no
+        GPU, or another GANGMESH_DEVICE; before anything starts.
     """
-    wanted = wanted_device_type()
+    variables = os.environ if env is None else env
+    wanted = wanted_device_type(variables)
     if wanted == "cpu":
         return torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -40,16 +54,18 @@ def default_device(local_rank: int = 0, local_world_size: int = 1) -> torch.devi
         raise ValueError(f"{DEVICE_VARIABLE}: cuda, but torch sees no GPU on this machine")
     if count == 0:
         return torch.device("cpu")
-    if local_world_size > count or local_rank >= count:
-        gpus = "GPU" if count == 1 else "GPUs"
-        raise ValueError(
-            f"device: LOCAL_WORLD_SIZE={local_world_size} processes on this node "
-            f"(this one LOCAL_RANK={local_rank}), but torch sees {count} {gpus}, and NCCL "
-            f"needs a GPU of its own for each: start one process per GPU (--nproc-per-node "
-            f"{count}), make more GPUs visible (CUDA_VISIBLE_DEVICES), or pass "
-            f"device=torch.device('cpu') to run on gloo"
-        )
-    return torch.device("cuda", local_rank)
+    if local_world_size <= count and local_rank < count:
+        return torch.device("cuda", local_rank)
+    if any(variables.get(name, "").strip().lower() not in _EVERY_GPU for name in GPU_CHOOSERS):
+        return torch.device("cuda", 0)
+    gpus = "GPU" if count == 1 else "GPUs"
+    raise ValueError(
+        f"device: LOCAL_WORLD_SIZE={local_world_size} processes on this node "
+        f"(this one LOCAL_RANK={local_rank}), but torch sees {count} {gpus}, and NCCL "
+        f"needs a GPU of its own for each: start one process per GPU (--nproc-per-node "
+        f"{count}), show each process its own GPU (CUDA_VISIBLE_DEVICES per process, as "
+        f"srun --gpus-per-task=1 does), or pass device=torch.device('cpu') to run on gloo"
+    )
 
 
 def backend_for(device: torch.device) -> str:
@@ -151,24 +167,6 @@ def running() -> ProcessGroup:
     if not isinstance(world, ProcessGroup):
         raise RuntimeError("torch.distributed is not initialised; start it with setup_root_gang()")
     return world
-
-
-def device_backends(backend: str) -> dict[str, str]:
-    """Device type -> backend, for a torch backend string.
-
-    A mixed string is read as written (``"cpu:gloo,cuda:nccl"``); a plain name serves the
-    device type gangmesh gives it (nccl: cuda, any other: cpu).
-    """
-    if ":" not in backend:
-        return {"cuda" if backend == "nccl" else "cpu": backend}
-    legs = (leg.partition(":") for leg in backend.split(","))
-    return {device.strip(): name.strip() for device, _, name in legs}
-
-
-def leading_backend(backend: str) -> str:
-    """The backend whose options a group of ``backend`` takes: its CUDA leg where it has one."""
-    legs = device_backends(backend)
-    return legs.get("cuda", legs.get("cpu", backend))
 
 
 def device_of(group: ProcessGroup) -> torch.device:

@@ -106,8 +106,7 @@ def _read_torchrun(env: Mapping[str, str]) -> LaunchEnvironment:
 def _read_slurm(env: Mapping[str, str]) -> LaunchEnvironment:
     world_size = _int_var(env, "SLURM_NTASKS", minimum=1)
     rank = _rank_var(env, "SLURM_PROCID", world_size)
-    per_node = env.get("SLURM_NTASKS_PER_NODE", "")
-    local_world_size = _tasks_per_node(per_node) if per_node else world_size
+    local_world_size = _slurm_local_world_size(env, world_size)
     local_rank = _rank_var(env, "SLURM_LOCALID", local_world_size, default=rank % local_world_size)
     nodes = (
         env.get("SLURM_STEP_NODELIST")
@@ -137,14 +136,40 @@ def first_host(nodelist: str) -> str:
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
-def _tasks_per_node(value: str) -> int:
-    """SLURM_NTASKS_PER_NODE of the first node: ``"4(x2),3"`` -> 4."""
-    first = value.split(",")[0].split("(")[0]
-    if not first.isdigit() or int(first) < 1:
-        raise ValueError(
-            f"SLURM_NTASKS_PER_NODE: expected a task count such as 4 or 4(x2), got {value!r}"
-        )
-    return int(first)
+_TASKS_PER_NODE = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+"""Where SLURM says how many tasks each node runs, the step's own layout first: srun sets
+the first and the last for every step, the middle one only under ``--ntasks-per-node``."""
+
+
+def _slurm_local_world_size(env: Mapping[str, str], world_size: int) -> int:
+    """The tasks on this process's node (SLURM_NODEID), as SLURM lays them out; the whole job
+    where SLURM says nothing of its nodes."""
+    node = _int_var(env, "SLURM_NODEID", minimum=0, default=0)
+    for name in _TASKS_PER_NODE:
+        if env.get(name, "").strip():
+            return tasks_on_node(name, env[name], node)
+    return world_size
+
+
+def tasks_on_node(name: str, value: str, node: int) -> int:
+    """The task count of node ``node`` in SLURM's per-node counts ``value`` of variable
+    ``name``: ``"4(x2),3"`` says 4, 4, 3; a single count (``"4"``) holds for every node.
+
+    :raises ValueError: ``value`` is not such a list, or has no count for node ``node``.
+    """
+    counts: list[int] = []
+    for entry in value.strip().split(","):
+        found = re.fullmatch(r"\s*([1-9]\d*)\s*(?:\(x([1-9]\d*)\))?\s*", entry)
+        if found is None:
+            raise ValueError(
+                f"{name}: expected task counts such as 4, 4(x2) or 2(x3),1, got {value!r}"
+            )
+        counts += [int(found[1])] * int(found[2] or 1)
+    if len(counts) == 1:
+        return counts[0]
+    if node >= len(counts):
+        raise ValueError(f"SLURM_NODEID: expected a node in [0, {len(counts)}) ({name}={value!r})")
+    return counts[node]
 
 
 def _int_var(env: Mapping[str, str], name: str, *, minimum: int, default: int | None = None) -> int:

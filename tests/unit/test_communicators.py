@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gangmesh.runtime import _c10d, default_group
+from gangmesh.runtime import _c10d, backends, default_group
 from gangmesh.runtime.communicators import CommunicatorKey, Parent, Registry
 
 
@@ -57,8 +57,8 @@ def test_a_split_that_makes_no_group_here_hands_torch_new_nccl_options_with_the_
     ],
 )
 def test_a_backend_string_is_read_per_device_type(backend, legs, leading):
-    assert default_group.device_backends(backend) == legs
-    assert default_group.leading_backend(backend) == leading
+    assert backends.device_backends(backend) == legs
+    assert backends.leading_backend(backend) == leading
 
 
 def test_a_gloo_default_group_runs_on_the_cpu():
