@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -411,3 +412,10 @@ def sessions_alive(pids: list[int]) -> list[int]:
             if int(stat.read_text().rsplit(")", 1)[1].split()[3]) in pids:
                 found.append(int(stat.parent.name))
     return found
+
+
+def torchrun_exit_codes(output: str) -> dict[int, int]:
+    """The exit code torchrun's summary gives each global rank it lists (Failures and Root
+    Cause): a negative code is the signal that ended the process."""
+    found = re.findall(r"rank\s*: (\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)", output)
+    return {int(rank): int(code) for rank, code in found}

@@ -24,7 +24,8 @@ Each trial draws, from a generator seeded by the trial's seed:
   processes that no launcher watches (rank 0 then serves the job's store, and the reports
   with it).
 
-Each trial asserts that every survivor that raised (all of them, where nothing stops them
+Each trial asserts that no survivor ends a rank but the victim (a hung one, once), and that
+torchrun's summary shows no survivor killed; that every survivor that raised (all of them, where nothing stops them
 first) named the victim, its host and how it broke (its pid too, where it ended or
 stopped), in ``GangError.culprits`` too, within the timeout and 5 s, with torch's own text
 left to ``__cause__`` (where torch's error went uncaught: its last words name the victim);
@@ -55,7 +56,7 @@ from pathlib import Path
 import pytest
 
 from gangmesh.testing.hostbed import Host
-from tests.dist.launch import Run, bare_processes, sessions_alive, torchrun
+from tests.dist.launch import Run, bare_processes, sessions_alive, torchrun, torchrun_exit_codes
 
 TIMEOUT = 4.0
 MONITOR_ABOVE = TIMEOUT + 6  # torchrun looks only after every survivor has raised
@@ -156,8 +157,13 @@ def check(trial: Trial, run: Run, found: dict[int, dict], host: str) -> None:
             assert got["at"] - max(victim["broke_at"], got["started"]) <= TIMEOUT + 5, error
         assert "GLHF" not in error and ".cc:" not in error, "torch's text is left to __cause__"
         assert got["cause"], "torch's error is chained"
+    # no healthy rank is ever ended: only the victim, by one survivor, once
+    ended = re.findall(r"global rank (\d+) \(pid \d+\) takes no part: ending it", run.output)
+    assert [int(rank) for rank in ended] in ([], [trial.victim]), run.output
     if trial.launcher == "bare":
         return
+    killed = [r for r, code in torchrun_exit_codes(run.output).items() if code == -signal.SIGKILL]
+    assert set(killed) <= {trial.victim}, run.output
     for rank in set(survivors) - set(raised):  # stopped by torchrun first: it says why
         said = (
             f"global rank {rank} stopped (SIGTERM) after global rank {trial.victim} on host {host}"

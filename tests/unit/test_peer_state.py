@@ -67,3 +67,32 @@ def test_another_process_under_the_same_pid_is_not_the_one_asked_about(child):
     started = peer_state.start_time(child.pid)
     assert started is not None
     assert peer_state.fate(child.pid, started + 1).startswith("is gone")
+
+
+def test_only_a_process_of_this_job_that_started_when_said_is_acted_on(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    from gangmesh.runtime.faults.error_files import ours
+    from gangmesh.runtime.faults.peer_state import sibling, start_time
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29777")
+    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    same = subprocess.Popen(wait, stdin=subprocess.PIPE)
+    other = subprocess.Popen(wait, stdin=subprocess.PIPE, env={**os.environ, "MASTER_PORT": "1"})
+    try:
+        started = start_time(same.pid)
+        assert sibling(same.pid, started)
+        assert not sibling(same.pid, None)  # a pid alone may be another process's by now
+        assert not sibling(same.pid, (started or 0) + 1)  # a later process of that pid
+        assert not sibling(other.pid, start_time(other.pid))  # another job's
+    finally:
+        for process in (same, other):
+            process.kill()
+            process.wait(30)
+    attempt = tmp_path / "run" / "attempt_0"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(attempt / "0" / "error.json"))
+    assert ours(str(attempt / "3" / "error.json"))
+    assert not ours(str(tmp_path / "elsewhere" / "3" / "error.json"))
+    assert not ours(str(attempt / "3" / "notes.txt"))

@@ -19,6 +19,9 @@ class Culprit:
     """When it broke (seconds since the epoch; the clock of the host that saw it)."""
     error_file: str = field(default="", compare=False)
     """Its torchelastic error file, where a survivor on its host may write in its name."""
+    started: int | None = field(default=None, compare=False)
+    """When its process started (clock ticks since its host booted), which tells it from a
+    later process of the same pid; None where not known."""
 
     @override
     def __str__(self) -> str:
@@ -85,6 +88,9 @@ class Explanation:
     """This process's global rank, where it is named among ``mismatched``."""
     where: tuple[tuple[int, str], ...] = ()
     """Where the absent ranks that answered stand (global rank, frames of their own code)."""
+    stuck: tuple[int, ...] = ()
+    """The absent ranks proven stuck outside the collective, on this host: each the one member
+    of the gang that did not report the failure, its main thread in the program's own code."""
 
     @override
     def __str__(self) -> str:

@@ -86,10 +86,22 @@ def write_for_unseen(rank: int, description: str, failed_at: float) -> None:
 _SEEN = " (seen by a survivor)"
 
 
+def ours(path: str) -> bool:
+    """Whether ``path`` is an error file of this job's attempt: beside this process's own, in
+    the attempt folder torchrun gave this host's workers (``<attempt>/<local rank>/error.json``).
+    A path read from the job's store is written to only then."""
+    own = own_path()
+    if not path or not own:
+        return False
+    attempt = Path(own).resolve().parent.parent
+    candidate = Path(path).resolve()
+    return candidate.name == Path(own).name and candidate.parent.parent == attempt
+
+
 def write_for_culprit(path: str, description: str, failed_at: float) -> None:
     """Write a culprit's file in its name, unless it wrote one of its own error (it raised):
-    one of a GangError it got too is replaced."""
-    if not path or (os.path.exists(path) and not _message(path).startswith("GangError: ")):
+    one of a GangError it got too is replaced. Only in this job's attempt folder."""
+    if not ours(path) or (os.path.exists(path) and not _message(path).startswith("GangError: ")):
         return
     what = f"{description}{_SEEN}"
     write(path, what, what, failed_at - 1)
@@ -116,25 +128,25 @@ def for_culprits(culprits: list[Culprit], host: str, failed_at: float) -> None:
     here = [c for c in culprits if c.host == host]
     for culprit in here:
         write_for_culprit(culprit.error_file, str(culprit), failed_at)
-    remember(c.pid for c in here)
+    remember(here)
 
 
-def end_hung(culprits: list[Culprit], failed_at: float) -> None:
-    """Write the error files of ``culprits``, hung on this host, in their name, and end them
-    (SIGKILL), so that torchrun counts them first; wait for their end as for other culprits'."""
-    for culprit in culprits:
-        write_for_culprit(culprit.error_file, str(culprit), failed_at)
-        _kill(culprit.pid)
-    remember(c.pid for c in culprits)
+def end_hung(culprit: Culprit, failed_at: float) -> None:
+    """Write the error file of ``culprit``, hung on this host, in its name, and end it
+    (SIGKILL), so that torchrun counts it first; wait for its end as for other culprits'."""
+    write_for_culprit(culprit.error_file, str(culprit), failed_at)
+    _kill(culprit.pid, culprit.started)
+    remember([culprit])
 
 
-_pending: set[int] = set()
-"""The pids of the culprits on this host that this process named and has not seen end."""
+_pending: dict[int, int | None] = {}
+"""The culprits on this host that this process named and has not seen end: pid -> when it
+started."""
 
 
-def remember(pids: Iterable[int]) -> None:
+def remember(culprits: Iterable[Culprit]) -> None:
     """Culprits on this host whose end this process waits for before it ends itself."""
-    _pending.update(pids)
+    _pending.update((c.pid, c.started) for c in culprits)
 
 
 def let_culprits_end(bound: float) -> None:
@@ -144,21 +156,25 @@ def let_culprits_end(bound: float) -> None:
     deadline = time.monotonic() + bound
     watched = own_path() != ""
     while _pending and time.monotonic() < deadline:
-        for pid in list(_pending):
-            fate = peer_state.fate(pid, None)
+        for pid, started in list(_pending.items()):
+            fate = peer_state.fate(pid, started)
             if fate is None:
                 continue
             if watched and peer_state.is_stopped(pid):
-                _kill(pid)
+                _kill(pid, started)
                 continue
-            _pending.discard(pid)
+            del _pending[pid]
         if _pending:
             time.sleep(_POLL)  # the culprit's exit is not signalled to this process
     _pending.clear()
 
 
-def _kill(pid: int) -> None:
+def _kill(pid: int, started: int | None) -> None:
+    """SIGKILL process ``pid``, where it is this job's process that started at ``started``."""
+    if not peer_state.sibling(pid, started):
+        log.debug("not killing pid %d: not the process of this job the reports describe", pid)
+        return
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError as ex:
-        log.debug("killing stopped culprit %d failed: %s", pid, ex)
+        log.debug("killing culprit %d failed: %s", pid, ex)

@@ -155,16 +155,19 @@ def explain(
     timeout: timedelta,
     failed_at: float,
     call: Call | None = None,
+    known: bool = True,
 ) -> Explanation | None:
     """Who broke a collective of a gang of ``global_ranks`` that failed at ``failed_at``
-    (seconds since the epoch); None where nothing is known. The culprits named on this host
-    get torchelastic error files in their name where they left none, and this process waits
-    for them to end before it ends itself (:mod:`gangmesh.runtime.faults.error_files`)."""
+    (seconds since the epoch); None where nothing is known. ``known``: whether
+    ``global_ranks`` are the collective's group (else the job's). The culprits named on this
+    host get torchelastic error files in their name where they left none, and this process
+    waits for them to end before it ends itself (:mod:`gangmesh.runtime.faults.error_files`);
+    under torchrun, a rank proven stuck outside the collective is ended."""
     current = _channel
     if current is None:
         return None
     try:
-        found = current.explain(global_ranks, gang_rank, timeout, call)
+        found = current.explain(global_ranks, gang_rank, timeout, call, known)
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
         gone = current.without_store()
@@ -172,8 +175,8 @@ def explain(
             return None
         found = gone
     error_files.for_culprits(list(found.culprits), current.host, failed_at)
-    if not found.culprits and found.absent_global and error_files.own_path():
-        _end_hung(current, found.absent_global, dict(found.where), failed_at)
+    if not found.culprits and found.stuck and error_files.own_path():
+        _end_hung(current, found.stuck, dict(found.where), failed_at)
     singled = tuple((r, c) for r, c in found.mismatched if r in found.root and r != found.me)
     if singled and error_files.own_path():
         _name_mismatched(current, singled, failed_at)
@@ -203,14 +206,17 @@ def _name_mismatched(
 def _end_hung(
     current: Channel, ranks: tuple[int, ...], where: dict[int, str], failed_at: float
 ) -> None:
-    """Under torchrun, end the ranks named as taking no part that hang on this host, their
+    """Under torchrun, end the ranks proven stuck outside the collective on this host, their
     error files written in their name: torchrun counts only a process that ended as the
-    failure's root cause, and would stop them next anyway."""
+    failure's root cause, and would stop them next anyway. One survivor ends each (and says
+    so); the others wait for its end."""
     try:
         hung = current.here(ranks, REPORT_BOUND, where=where)
+        mine = [c for c in hung if current.first_to_end(c)]
     except (RuntimeError, ValueError, OSError, TimeoutError) as ex:
         log.debug("the job's failure reports cannot be read: %s", ex)
         return
-    for culprit in hung:
+    for culprit in mine:
         log.warning("global rank %d (pid %d) takes no part: ending it", culprit.rank, culprit.pid)
-    error_files.end_hung(hung, failed_at)
+        error_files.end_hung(culprit, failed_at)
+    error_files.remember(hung)

@@ -116,3 +116,22 @@ def alive_sibling(rank: int) -> tuple[int, bool] | None:
         if wanted <= set(variables):
             return int(entry.name), fields[0] in ("T", "t")
     return None
+
+
+_JOB_MARKERS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+"""Variables that the processes of one job share, where set."""
+
+
+def sibling(pid: int, started: int | None) -> bool:
+    """Whether process ``pid`` is the process of this job that the reports describe: the one
+    that started at ``started`` (not a later process of the same pid) and has this job's
+    launcher variables (those of :data:`_JOB_MARKERS` this process has). Nothing is acted on
+    (signalled, killed) without it: pids in the job's store are not authenticated."""
+    if started is None or start_time(pid) != started:
+        return False
+    markers = {f"{name}={os.environ[name]}".encode() for name in _JOB_MARKERS if name in os.environ}
+    try:
+        variables = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+    except OSError:
+        return False
+    return bool(markers) and markers <= variables

@@ -101,10 +101,12 @@ class Channel:
         :raises RuntimeError: the store cannot be reached.
         """
         self.took_part = True
-        culprit = Culprit(self.rank, self.host, os.getpid(), what, time.time())
+        pid = os.getpid()
+        started = peer_state.start_time(pid)
+        culprit = Culprit(self.rank, self.host, pid, what, time.time(), started=started)
         entry = json.dumps(
-            {"rank": self.rank, "host": self.host, "pid": culprit.pid, "what": what,
-             "seconds": culprit.seconds}
+            {"rank": self.rank, "host": self.host, "pid": pid, "what": what,
+             "seconds": culprit.seconds, "started": started}
         )  # fmt: skip
         self._line.call(lambda store: store.append("reports", entry + "\n"), REPORT_BOUND)
         return culprit
@@ -115,9 +117,11 @@ class Channel:
         gang_rank: int,
         timeout: timedelta,
         call: Call | None = None,
+        known: bool = True,
     ) -> Explanation:
         """Who broke the collective that a gang of ``global_ranks`` just failed, as far as
-        known within a few seconds (see :data:`READING_BOUND`).
+        known within a few seconds (see :data:`READING_BOUND`); ``known``: whether
+        ``global_ranks`` are the collective's group (else the job's).
 
         :raises TimeoutError: the store did not answer in time.
         :raises RuntimeError: the store cannot be reached.
@@ -129,7 +133,7 @@ class Channel:
         ends = time.monotonic() + bound - _MARGIN  # a stuck rank's answer must fit in too
 
         def explain_and_say_so(store: Any) -> Explanation:
-            found = self._explain(store, global_ranks, gang_rank, wait, call, ends)
+            found = self._explain(store, global_ranks, gang_rank, wait, call, ends, known)
             store.set(f"explained/{self.rank}", str(time.time()))
             return found
 
@@ -188,17 +192,23 @@ class Channel:
             entries = self._reading(store).entries(f"host/{self.host}")
             now = time.time()
             alive = [
-                Culprit(r, self.host, int(e["pid"]), what(r), now, str(e.get("error_file", "")))
+                Culprit(r, self.host, pid, what(r), now, str(e.get("error_file", "")), started)
                 for e in entries
                 if (r := int(e["rank"])) in ranks
-                and peer_state.fate(int(e["pid"]), e.get("started")) is None
-            ]  # fmt: skip
+                and peer_state.fate(pid := int(e["pid"]), started := e.get("started")) is None
+            ]
             if alive and hung:
                 found = [json.dumps(asdict(c)) for c in alive]
                 store.set(f"named/{self.rank}", json.dumps({"seconds": now, "found": found}))
             return alive
 
         return self._line.call(look, bound)
+
+    def first_to_end(self, culprit: Culprit) -> bool:
+        """Whether this process is the first survivor to end ``culprit`` (bounded; raises as
+        :meth:`explain`): one ends it, and says so."""
+        key = f"ending/{culprit.rank}/{culprit.pid}"
+        return bool(self._line.call(lambda store: store.add(key, 1) == 1, REPORT_BOUND))
 
     def keep_store(self, bound: float) -> None:
         """Where the store ends with this process: wait, up to ``bound`` seconds, until every
@@ -231,7 +241,8 @@ class Channel:
                 return None
             time.sleep(_POLL)  # its end is not signalled to this process
         path = str(record.get("error_file", ""))
-        return Explanation((Culprit(0, self.host, int(record["pid"]), fate, time.time(), path),))
+        pid, started = int(record["pid"]), record.get("started")
+        return Explanation((Culprit(0, self.host, pid, fate, time.time(), path, started),))
 
     def _explain(
         self,
@@ -241,11 +252,16 @@ class Channel:
         wait: float,
         call: Call | None,
         ends: float,
+        known: bool = True,
     ) -> Explanation:
         """Marks this process as a survivor of the gang's failure first; where neither the
         reports nor /proc name a culprit at once, looks again until the gang's other members
         have all reported the failure too, for at most ``wait`` seconds; asks the ranks that
-        took no part where they stand until ``ends`` (``time.monotonic()``) at the latest."""
+        took no part where they stand until ``ends`` (``time.monotonic()``) at the latest.
+        A rank is found stuck (:attr:`Explanation.stuck`) only on proof: it alone of the
+        gang's members (of the whole job, where the group is not ``known``) did not report
+        the failure, and its main thread, asked on this host, is in the program's own code,
+        not in a collective."""
         read = self._reading(store)
         me = global_ranks[gang_rank]
         if call is not None:  # said before the failure: a peer that sees one sees both
@@ -288,26 +304,34 @@ class Channel:
         if ranks:
             said = {"seconds": time.time(), "ranks": list(ranks)}
             store.set(f"absent/{me}", json.dumps(said))
-        where = tuple(self._where(store, read, ranks, ends).items()) if ranks else ()
-        return Explanation((), absent, ranks, absent_hosts, silent, seen_by, where=where)
+        where, outside = self._where(store, read, ranks, ends) if ranks else ({}, set())
+        alone = len(ranks) == 1 and seen_by is None  # every other member is in the call
+        stuck = tuple(r for r in ranks if alone and r in outside)
+        return Explanation(
+            (), absent, ranks, absent_hosts, silent, seen_by, where=tuple(where.items()),
+            stuck=stuck,
+        )  # fmt: skip
 
     def _where(
         self, store: Any, read: Reading, ranks: tuple[int, ...], ends: float
-    ) -> dict[int, str]:
+    ) -> tuple[dict[int, str], set[int]]:
         """Where ``ranks`` (taking no part) stand: asked of those on this host (and left in
         the store for the others), read from the store for the rest, where a survivor on
-        their host found it."""
+        their host found it; and those of this host seen in the program's own code."""
         found: dict[int, str] = {}
+        outside: set[int] = set()
         for entry in read.entries(f"host/{self.host}"):
             rank, pid = int(entry["rank"]), int(entry["pid"])
             if rank not in ranks or "stacks" not in entry:
                 continue
             left = min(stacks.ANSWER_BOUND, ends - time.monotonic())
             if left > 0 and peer_state.fate(pid, entry.get("started")) is None:
-                answer = stacks.ask(pid, str(entry["stacks"]), int(entry["main"]), left)
+                answer = stacks.ask(pid, int(entry["stacks"]), int(entry["main"]), left)
                 if answer is not None:
-                    found[rank] = answer
-                    said = {"seconds": time.time(), "where": answer}
+                    found[rank] = answer.where
+                    if not answer.in_collective:
+                        outside.add(rank)
+                    said = {"seconds": time.time(), "where": answer.where}
                     store.set(f"where/{rank}", json.dumps(said))
         for rank in set(ranks) - set(found):
             key = f"where/{rank}"
@@ -315,7 +339,7 @@ class Channel:
                 said = json.loads(bytes(store.get(key)))
                 if float(said["seconds"]) >= self._since:
                     found[rank] = str(said["where"])
-        return found
+        return found, outside
 
     def _reading(self, store: Any) -> Reading:
         return Reading(store, self.rank, self.host, self._since)

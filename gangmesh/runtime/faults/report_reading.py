@@ -63,6 +63,7 @@ class Reading:
                 int(entry["pid"]),
                 str(entry["what"]),
                 float(entry["seconds"]),
+                started=entry.get("started"),
             )
             found.setdefault(culprit.rank, culprit)
         return sorted(found.values(), key=lambda c: c.seconds)
@@ -99,7 +100,8 @@ class Reading:
             survivor |= watched and fate in peer_state.TERMINATED  # torchrun stopped it
             if fate is not None and not survivor:
                 path = str(entry.get("error_file", ""))
-                culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path)
+                started = entry.get("started")
+                culprits[rank] = Culprit(rank, self.host, pid, fate, time.time(), path, started)
         if culprits:  # read after /proc: a naming that preceded what /proc showed is seen
             survivors = sorted({int(e["rank"]) for e in entries} - {self.rank, *culprits})
             for named in self.named_by(survivors):

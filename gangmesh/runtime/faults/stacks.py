@@ -1,17 +1,26 @@
 """Where a rank that takes no part stands: its main thread's stack, dumped on a survivor's signal.
 
 A rank alive but stuck outside the collective (a loop, a sleep, a wait of its own) cannot be
-named by how it ended. Each process has Python's ``faulthandler`` dump every thread's stack to
-a file of its own on SIGUSR2 (from a C signal handler: a rank that holds the interpreter
-answers too; nothing runs until then). A survivor on the same host that names such a rank
-sends it the signal, reads the dump, and keeps the main thread's innermost frames of the
-program's own code (file:line, function, the line); it leaves that in the job's store for the
-survivors on other hosts. A stopped or dead rank writes nothing and is said to say nothing.
-Nothing is installed where the program handles SIGUSR2 itself.
+named by how it ended. Each process has Python's ``faulthandler`` dump every thread's stack on
+:data:`SIGNAL` (from a C signal handler: a rank that holds the interpreter answers too; nothing
+runs until then) into an anonymous in-memory file (``memfd``) that ends with the process. A
+survivor on the same host that names such a rank reads that file through
+``/proc/PID/fd/N``, sends the signal, reads the dump, and keeps the main thread's innermost
+frames of the program's own code (file:line, function, the line); it leaves that in the job's
+store for the survivors on other hosts. A stopped or dead rank writes nothing and is said to
+say nothing.
+
+The signal is a real-time one that nothing else is expected to use (SIGUSR1 and SIGUSR2 stay
+the program's and its scheduler's: SLURM's ``--signal``). Nothing is installed where the
+program or a library handles or ignores it already, or where ``GANGMESH_STACKS=0``. Once
+installed, the signal is never left at its default action (which ends a process): while the
+dump is registered, faulthandler answers it; after :func:`uninstall`, it is ignored, and the
+in-memory file is closed, so that a survivor reading an old report finds nothing to ask.
 """
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import linecache
 import logging
@@ -19,17 +28,23 @@ import os
 import re
 import signal
 import sysconfig
-import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+
+import torch.distributed
 
 log = logging.getLogger("gangmesh")
 
-SIGNAL = signal.SIGUSR2
+SIGNAL = int(signal.SIGRTMAX) - 5
+"""The signal a survivor asks with: real-time, so that SIGUSR1/SIGUSR2 stay the program's."""
+SWITCH = "GANGMESH_STACKS"
+"""``0`` (or ``off``) in the environment: no stack dumps, nothing installed."""
 ANSWER_BOUND = 1.0
 """Seconds a survivor waits for a stuck rank's dump."""
+NAME = "gangmesh-stacks"
+"""The in-memory file's name, as ``/proc/PID/fd/N`` shows it (``/memfd:NAME (deleted)``)."""
 _FRAMES = 2
 """The most frames of the stuck rank's own code an answer holds."""
 _LINE = 100
@@ -41,45 +56,99 @@ _LIBRARIES = (
 )
 """Where code that is not the program's own lives: the standard library, installed packages
 (torch among them), gangmesh itself."""
+_COLLECTIVES = (
+    Path(torch.distributed.__file__).resolve().parent,
+    Path(__file__).resolve().parents[2],
+)
+"""torch.distributed's code and gangmesh's: a main thread with a frame there is in a
+collective, a wait on one, or a meeting of the job's; one without is in the program's own."""
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
 
-_dump: IO[str] | None = None
-"""The file this process's stacks are dumped to, while installed."""
+_dump: int | None = None
+"""The in-memory file this process's stacks are dumped to, while installed."""
+_parked = False
+"""Whether :data:`SIGNAL` is ignored because gangmesh parked it there (it may install again)."""
 
 
-def install() -> tuple[str, int] | None:
-    """Dump this process's stacks on SIGUSR2 from now on (once); the dump file and the main
-    thread's id, for the job's reports; None where the program handles SIGUSR2 itself."""
-    global _dump
+def install() -> tuple[int, int] | None:
+    """Dump this process's stacks on :data:`SIGNAL` from now on (once); the in-memory file's
+    descriptor and the main thread's id, for the job's reports; None where the dumps are
+    switched off, the program handles or ignores the signal itself, or there is no memfd."""
+    global _dump, _parked
     main = threading.main_thread().ident or 0
     if _dump is not None:
-        return _dump.name, main
-    if signal.getsignal(SIGNAL) is not signal.SIG_DFL:
+        return _dump, main
+    if os.environ.get(SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
         return None
-    _dump = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open while the process runs)
-        "w", prefix=f"gangmesh-stacks-{os.getpid()}-", suffix=".txt", delete=False
-    )
-    faulthandler.register(SIGNAL, file=_dump, all_threads=True, chain=False)
-    return _dump.name, main
+    reinstall = _parked and signal.getsignal(SIGNAL) is signal.SIG_IGN
+    if not (reinstall or _at_default()) or not hasattr(os, "memfd_create"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None  # only the main thread may set a signal's Python handler
+    fd = os.memfd_create(NAME, os.MFD_CLOEXEC)
+    signal.signal(SIGNAL, signal.SIG_IGN)  # what faulthandler restores: never the default
+    _parked = True
+    faulthandler.register(SIGNAL, file=fd, all_threads=True, chain=False)
+    _dump = fd
+    return fd, main
+
+
+def _at_default() -> bool:
+    """Whether :data:`SIGNAL` has its default action, as Python and the C library see it (a
+    handler registered with faulthandler or by a C library shows only in the latter)."""
+    if signal.getsignal(SIGNAL) is not signal.SIG_DFL:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        action = ctypes.create_string_buffer(512)  # larger than any libc's struct sigaction
+        if libc.sigaction(int(SIGNAL), None, action) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return ctypes.c_void_p.from_buffer(action).value in (None, 0)  # SIG_DFL is 0
 
 
 def uninstall() -> None:
-    """Leave SIGUSR2 to its default again and remove the dump file."""
+    """Stop dumping: close the in-memory file, and leave the signal ignored (a survivor that
+    read an old report may still send it)."""
     global _dump
     dump, _dump = _dump, None
     if dump is None:
         return
-    faulthandler.unregister(SIGNAL)
-    dump.close()
-    Path(dump.name).unlink(missing_ok=True)
+    os.close(dump)  # a survivor's check of /proc/PID/fd/N fails from here on
+    faulthandler.unregister(SIGNAL)  # back to SIG_IGN, which install left under it
 
 
-def ask(pid: int, path: str, main: int, bound: float = ANSWER_BOUND) -> str | None:
-    """Where process ``pid`` (of this host) stands: its main thread's innermost frames of the
-    program's own code, from a dump it writes to ``path`` on SIGUSR2; None where it wrote
-    none within ``bound`` seconds (stopped, gone)."""
+def dump_of(pid: int, fd: int) -> str | None:
+    """The path of process ``pid``'s stack dump, descriptor ``fd``; None where that descriptor
+    is not gangmesh's in-memory file (closed, reused, or the process gone)."""
+    path = f"/proc/{pid}/fd/{fd}"
     try:
-        before = os.path.getsize(path)
+        target = os.readlink(path)
+    except OSError:
+        return None
+    return path if target.startswith(f"/memfd:{NAME}") else None
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a process's main thread stands, from its stack dump."""
+
+    where: str
+    """Its innermost frames of the program's own code, in words."""
+    in_collective: bool
+    """Whether it is inside torch.distributed's code (a collective, a wait on one)."""
+
+
+def ask(pid: int, fd: int, main: int, bound: float = ANSWER_BOUND) -> Standing | None:
+    """Where process ``pid`` (of this host) stands: its main thread, from a dump it writes to
+    its in-memory file ``fd`` on :data:`SIGNAL`; None where it has no such file or wrote
+    nothing within ``bound`` seconds (stopped, gone, or its dumps ended)."""
+    path = dump_of(pid, fd)
+    if path is None:
+        return None
+    try:
+        before = os.stat(path).st_size
         os.kill(pid, SIGNAL)
     except OSError:
         return None
@@ -96,7 +165,11 @@ def ask(pid: int, path: str, main: int, bound: float = ANSWER_BOUND) -> str | No
         if _main_block(text, main) is not None:
             break
     block = _main_block(text, main)
-    return None if block is None else where(block)
+    if block is None:
+        return None
+    files = {Path(file).resolve() for file, _, _ in block}
+    inside = any(file.is_relative_to(root) for file in files for root in _COLLECTIVES)
+    return Standing(where(block), inside)
 
 
 def _main_block(text: str, main: int) -> list[tuple[str, int, str]] | None:
