@@ -16,7 +16,6 @@ Goal: requests per survivor per second independent of N (ratio about 1).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import time
@@ -27,7 +26,7 @@ from typing import Any
 import torch.distributed as dist
 
 from benchmarks.report import json_argument, print_table, write_json
-from gangmesh.runtime.faults import peer_state
+from gangmesh.runtime.faults import peer_state, report_reading
 from gangmesh.runtime.faults.culprits import Call
 from gangmesh.runtime.faults.report_channel import PREFIX, Channel
 from gangmesh.runtime.faults.store_line import Line
@@ -68,8 +67,7 @@ def job_store(world: int) -> CountingStore:
     for rank in range(world):
         host = here if rank < PER_HOST else f"host{rank // PER_HOST}"
         record = {"rank": rank, "pid": pid, "started": started, "seconds": now, "error_file": ""}
-        store.append(f"host/{host}", json.dumps(record) + "\n")
-        store.set(f"rank/{rank}", json.dumps({**record, "host": host}))
+        report_reading.register(store, rank, host, record)
     store.calls.clear()
     return store
 
@@ -106,9 +104,9 @@ def main() -> None:
             found = reading(world, gang, args.timeout)
             rate = found["requests"] / found["seconds"]
             base = base or rate
-            rows.append({"gang": name, "world": world, "requests": found["requests"],
-                         "seconds": round(found["seconds"], 2), "requests_per_s": round(rate),
-                         "kib_read": round(found["bytes"] / 1024), "ratio": rate / base})  # fmt: skip
+            row = {"gang": name, "world": world, "requests": found["requests"]}
+            row.update(seconds=round(found["seconds"], 2), requests_per_s=round(rate))
+            rows.append({**row, "kib_read": round(found["bytes"] / 1024), "ratio": rate / base})
     print_table(TITLE, rows)
     write_json(args.json, TITLE, rows)
 

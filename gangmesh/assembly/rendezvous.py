@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from gangmesh.assembly.store_calls import BoundedStore
+from gangmesh.assembly.store_calls import BoundedStore, given_up, margin
 from gangmesh.runtime import _c10d, faults
 from gangmesh.runtime.environment import LaunchEnvironment
 from gangmesh.runtime.gang import GangError
@@ -61,12 +61,12 @@ def job_store(
     deadline = time.monotonic() + timeout.total_seconds()
     key = (env.master_addr, env.master_port, env.rank, env.agent_store)
     base = _connections.get(key)
-    if base is None:
+    if base is None or given_up(base):  # a connection held by a call given up on is replaced
         base = _connections[key] = _connect(env, timeout)
     where = f"the job's store at {env.master_addr}:{env.master_port}"
     try:
         first = env.rank == 0
-        setup: int = base.add("gangmesh/setups", 1) if first else _take_setup(base, deadline)
+        setup = base.add("gangmesh/setups", 1) if first else _take_setup(base, deadline, timeout)
     except (RuntimeError, ConnectionError) as ex:
         late = faults.late(0)
         error = GangError(
@@ -104,9 +104,9 @@ def _announce_setup(base: Store, env: LaunchEnvironment, setup: int, deadline: f
         pause = min(pause * 2, 0.2)
 
 
-def _take_setup(base: Store, deadline: float) -> int:
+def _take_setup(base: Store, deadline: float, timeout: timedelta) -> int:
     """Another rank: the setup number of the first announcement after this call asked."""
-    calls = BoundedStore(base)  # a stopped rank 0 serving it holds no rank here for good
+    calls = BoundedStore(base, margin(timeout))  # a stopped rank 0 serving it holds no rank
     after: int = calls.add("gangmesh/announcements", 0)
     announcement = f"gangmesh/announcement{after + 1}"
     calls.wait([announcement], timedelta(seconds=max(0.001, deadline - time.monotonic())))
@@ -123,7 +123,7 @@ def unannounced(env: LaunchEnvironment, timeout: timedelta, error: GangError) ->
     base = _connections.get((env.master_addr, env.master_port, env.rank, env.agent_store))
     if env.rank == 0 or base is None:
         return error
-    calls = BoundedStore(base)  # the meeting may have given up on it: it may not answer
+    calls = BoundedStore(base, margin(timeout))  # the meeting may have given up on it
     try:
         last = calls.add("gangmesh/announcements", 0)
         setup, said = json.loads(calls.get(f"gangmesh/announcement{last}"))
@@ -277,7 +277,7 @@ def meet(
     canonical = json.dumps(request, sort_keys=True).encode()
     digest = hashlib.sha1(canonical, usedforsecurity=False).hexdigest()[:16]
     named = list(range(world_size)) if members is None else list(members)
-    calls = BoundedStore(store)  # a stopped rank 0 serving it holds no rank here for good
+    calls = BoundedStore(store, margin(timeout))  # a stopped rank 0 serving it holds no rank
     try:
         if not arrived:
             calls.set(f"{prefix}{rank}", text)

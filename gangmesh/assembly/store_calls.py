@@ -2,67 +2,78 @@
 (SIGSTOP, a debugger) but still holds its connections, whatever timeout it was given.
 
 Where rank 0 serves the job's store (no launcher's agent does), a rank 0 stopped during setup
-would hold every other rank in its store call. Each call of a meeting runs in a thread of its
-own (:class:`BoundedStore`) and is given up on where it has not returned within its own wait
-and :data:`CALL_BOUND` seconds: it raises RuntimeError, as torch's store does where its server
-is gone. The connection given up on stays with the thread that waits in it (a daemon); later
-calls through it raise at once.
+would hold every other rank in its store call. The calls of a meeting through one connection
+are made by one thread of that connection's (:class:`~gangmesh.runtime.call_thread.CallThread`)
+and each is given up on where it has not returned within its own wait and a margin that grows
+with the job's timeout (:func:`margin`): it raises RuntimeError, as torch's store does where
+its server is gone. The connection given up on stays with the thread that waits in it (a
+daemon); later calls through it raise at once, and the next setup of the job connects anew
+(:func:`given_up`).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-CALL_BOUND = 2.0
-"""Seconds a store call may take beyond its own wait (an answer takes milliseconds)."""
+from gangmesh.runtime.call_thread import CallThread
+
+_threads: dict[int, CallThread] = {}
+"""The thread of each store connection in use (by its id), made on its first call."""
 _given_up: set[int] = set()
 """The ids of the store connections given up on (each is kept alive by the thread in it)."""
 
 
-class BoundedStore:
-    """The calls of ``store`` (a torch store), each given up on where it does not end in time."""
+def margin(timeout: timedelta) -> float:
+    """Seconds a store call may take beyond its own wait, for a job of ``timeout``: an answer
+    takes milliseconds, more where thousands of processes call one store at once."""
+    return min(30.0, max(2.0, timeout.total_seconds() / 20))
 
-    def __init__(self, store: Any) -> None:
+
+def given_up(store: Any) -> bool:
+    """Whether a call through ``store``'s connection was given up on: it is held for good."""
+    return id(_connection(store)) in _given_up
+
+
+def _connection(store: Any) -> Any:
+    """The connection ``store``'s calls go through (a PrefixStore's: the store it wraps)."""
+    while (inner := getattr(store, "underlying_store", None)) is not None:
+        store = inner
+    return store
+
+
+class BoundedStore:
+    """The calls of ``store`` (a torch store), each given up on where it does not end within
+    its own wait and ``extra`` seconds (see :func:`margin`)."""
+
+    def __init__(self, store: Any, extra: float) -> None:
         self._store = store
-        self._connection = store
-        while (inner := getattr(self._connection, "underlying_store", None)) is not None:
-            self._connection = inner  # a PrefixStore's calls go through the store it wraps
+        self._extra = extra
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._store, name)
-
         def call(*args: Any) -> Any:
             waits = sum(a.total_seconds() for a in args if isinstance(a, timedelta))
-            return self._bounded(lambda: method(*args), waits + CALL_BOUND)
+            return self._bounded(name, args, waits + self._extra)
 
         return call
 
-    def _bounded(self, call: Callable[[], Any], seconds: float) -> Any:
-        """``call()``, given up on after ``seconds``.
+    def _bounded(self, name: str, args: tuple[Any, ...], seconds: float) -> Any:
+        """The store's ``name(*args)``, given up on after ``seconds``.
 
         :raises RuntimeError: it did not return in time, or an earlier call through the same
-            connection did not (and what ``call`` raises).
+            connection did not (and what the call raises).
         """
-        if id(self._connection) in _given_up:
+        key = id(_connection(self._store))
+        if key in _given_up:
             raise RuntimeError("the job's store did not answer an earlier call")
-        outcome: list[tuple[bool, Any]] = []
-
-        def run() -> None:
-            try:
-                outcome.append((True, call()))
-            except BaseException as ex:  # handed to the caller
-                outcome.append((False, ex))
-
-        thread = threading.Thread(target=run, name="gangmesh-store-call", daemon=True)
-        thread.start()
-        thread.join(seconds)
-        if not outcome:
-            _given_up.add(id(self._connection))
-            raise RuntimeError(f"the job's store did not answer within {seconds:g} s")
-        returned, value = outcome[0]
-        if not returned:
-            raise value
-        return value
+        thread = _threads.get(key)
+        if thread is None:
+            thread = _threads[key] = CallThread("gangmesh-store-calls")
+        method = getattr(self._store, name)
+        try:
+            return thread.call(lambda: method(*args), seconds)
+        except TimeoutError:
+            _given_up.add(key)
+            del _threads[key]
+            raise RuntimeError(f"the job's store did not answer within {seconds:g} s") from None

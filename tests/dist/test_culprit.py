@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,13 @@ def assert_names_rank_3(found: dict[int, dict], rank: int, fault: str) -> None:
     assert re.search(FATES[fault], error), error
     assert found[rank]["at"] - found[3]["broke_at"] <= TIMEOUT + 5, error
     assert "GLHF" not in error and ".cc:" not in error, "torch's text is left to __cause__"
+
+
+def assert_nothing_left(temp: Path) -> None:
+    """No process of the job left a file of gangmesh's in its temporary directory ``temp``,
+    however it ended (torchrun's own log folders aside)."""
+    left = [p for p in temp.rglob("*") if "gangmesh" in p.name]
+    assert left == [], left
 
 
 @pytest.mark.parametrize("fault", sorted(FATES))
@@ -107,9 +115,12 @@ def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_br
     # torchrun leaves every survivor the time to raise before it stops them (one waiting on
     # another survivor, not on rank 3, learns of the failure at its timeout).
     # torchrun notices rank 3's end after the survivors': its summary still names rank 3.
+    temp = tmp_path / "temp"
+    temp.mkdir()
     run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150,
-                   options=("--monitor-interval=30",))  # fmt: skip
+                   options=("--monitor-interval=30",), env={"TMPDIR": str(temp)})  # fmt: skip
     assert run.returncode != 0, run.output
+    assert_nothing_left(temp)
     found = run.results(tmp_path)
     assert sorted(found) == [0, 1, 2, 3], run.output
     for rank in (0, 1, 2):
@@ -167,8 +178,12 @@ def test_survivors_that_exit_at_once_still_leave_the_root_cause_to_the_rank_that
     # run; default torchrun settings. Rank 3, still ending of its own error when torchrun
     # stops the others, blames nobody and ends with its own status. On demand, at length:
     # GANGMESH_ROOT_CAUSE_RUNS=20 python -m pytest -q tests/dist/test_culprit.py -k exit_at_once
-    run = torchrun("culprit.py", 4, str(tmp_path), "raise", "catch-exit-at-once", timeout=150)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    run = torchrun("culprit.py", 4, str(tmp_path), "raise", "catch-exit-at-once", timeout=150,
+                   env={"TMPDIR": str(temp)})  # fmt: skip
     assert run.returncode != 0, run.output
+    assert_nothing_left(temp)  # ended by os._exit, or stopped by torchrun
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[-1]
     assert re.search(r"rank\s*: 3 \(local_rank: 3\)", root_cause), run.output
     assert "ValueError: step 5: the loss is NaN" in root_cause, run.output
@@ -190,9 +205,13 @@ def test_under_torchrun_a_rank_stuck_in_its_own_code_is_named_with_where_it_stan
     # rank 3 waits in the program's own code (culprit.py's break_down), alive: every survivor
     # names it and the file:line it stands at; a survivor on its host then ends it, so that
     # torchrun's Root Cause is rank 3 too
+    temp = tmp_path / "temp"
+    temp.mkdir()
     run = torchrun("culprit.py", 4, str(tmp_path), "stuck", timeout=150,
-                   options=(f"--monitor-interval={TIMEOUT + 6:g}",))  # fmt: skip
+                   options=(f"--monitor-interval={TIMEOUT + 6:g}",),
+                   env={"TMPDIR": str(temp)})  # fmt: skip
     assert run.returncode != 0, run.output
+    assert_nothing_left(temp)  # rank 3 was ended by a survivor (SIGKILL)
     found = run.results(tmp_path)
     assert sorted(found) == [0, 1, 2, 3], run.output
     for rank in (0, 1, 2):

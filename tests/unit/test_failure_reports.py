@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from gangmesh.runtime.faults import failure_reports, peer_state, store_line
+from gangmesh.runtime.faults import failure_reports, peer_state, report_reading, store_line
 from gangmesh.runtime.faults.culprits import Call, Culprit
 from gangmesh.runtime.faults.report_channel import Channel
 from gangmesh.runtime.faults.report_reading import Reading
@@ -63,10 +63,12 @@ def test_the_absent_ranks_host_is_named_and_called_silent_when_none_of_its_ranks
     server = served_store()
     line = line_to("127.0.0.1", server.port, timedelta(seconds=30), "gangmesh/failures")
     channel = Channel(line, 0, 4)
+    store = dist.PrefixStore("gangmesh/failures", server)
     now = time.time()
     for rank, host in enumerate([channel.host, channel.host, "far", "far"]):
-        server.set(f"gangmesh/failures/rank/{rank}", json.dumps({"host": host, "seconds": now}))
-    server.set("gangmesh/failures/failed/1", str(now))  # rank 1 saw the failure too
+        record = {"rank": rank, "pid": 1, "seconds": now}
+        report_reading.register(store, rank, host, record)
+    report_reading.count_in(store, report_reading.gang_of([0, 1, 2, 3]), "failed", 1)  # rank 1 too
     found = channel.explain([0, 1, 2, 3], 0, timedelta(seconds=0.2))
     assert found.absent == (2, 3) and found.absent_hosts == ("far",)
     assert str(found).endswith(
@@ -106,9 +108,10 @@ def test_a_stopped_culprit_killed_by_a_survivor_is_named_as_that_survivor_saw_it
             record = {"rank": rank, "pid": pid, "started": started, "seconds": now}
             server.append(host, json.dumps(record) + "\n")
         stopped = Culprit(1, channel.host, victim.pid, peer_state.STOPPED, now)
-        named = {"seconds": now, "found": [json.dumps(dataclasses.asdict(stopped))]}
-        server.set("gangmesh/failures/failed/2", str(now))
-        server.set("gangmesh/failures/named/2", json.dumps(named))
+        store = dist.PrefixStore("gangmesh/failures", server)
+        report_reading.set_state(store, 2, {"failed": now})
+        named = {"seconds": now, "by": 2, "found": [json.dumps(dataclasses.asdict(stopped))]}
+        report_reading.append_line(store, "named", named)
         os.kill(victim.pid, signal.SIGKILL)
         os.waitid(os.P_PID, victim.pid, os.WEXITED | os.WNOWAIT)  # ended, left a zombie
         assert peer_state.fate(victim.pid, started) == "was killed by SIGKILL"
@@ -157,8 +160,8 @@ def test_rank_0_whose_store_closed_before_proc_shows_it_ended_is_still_named():
 
 
 def set_call(server: dist.TCPStore, rank: int, call: Call) -> None:
-    record = {**dataclasses.asdict(call), "seconds": time.time()}
-    server.set(f"gangmesh/failures/call/{rank}", json.dumps(record))
+    store = dist.PrefixStore("gangmesh/failures", server)
+    report_reading.set_state(store, rank, {"failed": time.time(), "call": dataclasses.asdict(call)})
 
 
 def reading(server: dist.TCPStore, rank: int) -> Reading:

@@ -78,7 +78,7 @@ def test_the_failure_machinery_uses_only_the_gang_core_s_errors_and_environment(
     # one direction: the room needs GangError, the launcher's variables, torch's private
     # state and which groups gangmesh holds (only their failures are read as a peer's);
     # nothing else of the runtime
-    allowed = {"gang", "environment", "_c10d", "communicators", "faults"}
+    allowed = {"gang", "environment", "_c10d", "communicators", "call_thread", "faults"}
     used = {
         f"{path.name} imports {module}"
         for path in (PACKAGE / "runtime" / "faults").glob("*.py")

@@ -12,7 +12,9 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from gangmesh.assembly.store_calls import CALL_BOUND, BoundedStore
+from gangmesh.assembly.store_calls import BoundedStore, given_up, margin
+
+EXTRA = margin(timedelta(seconds=10))
 
 SERVER = (
     "import sys, torch.distributed as d; "
@@ -37,7 +39,7 @@ def stopped_server():
 def test_a_call_to_a_stopped_server_is_given_up_on_and_later_calls_raise_at_once(stopped_server):
     server, port = stopped_server
     client = dist.TCPStore("127.0.0.1", port, 1, False, timeout=timedelta(seconds=1))
-    store = BoundedStore(dist.PrefixStore("meet/", client))
+    store = BoundedStore(dist.PrefixStore("meet/", client), EXTRA)
     store.set("a", "1")
     assert store.get("a") == b"1"  # answered while the server runs
     server.send_signal(signal.SIGSTOP)
@@ -52,17 +54,32 @@ def test_a_call_to_a_stopped_server_is_given_up_on_and_later_calls_raise_at_once
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
     waiter.join(60)  # without the bound it would never end: the test fails, it does not hang
-    assert [str(e) for e in raised] == [
-        f"the job's store did not answer within {0.5 + CALL_BOUND:g} s"
-    ]
-    # the connection is held by the call given up on: another store over it fails at once
+    assert [str(e) for e in raised] == [f"the job's store did not answer within {0.5 + EXTRA:g} s"]
+    # the connection is held by the call given up on: another store over it fails at once,
+    # and the job's next setup takes a new connection
     with pytest.raises(RuntimeError, match="did not answer an earlier call"):
-        BoundedStore(client).add("b", 1)
+        BoundedStore(client, EXTRA).add("b", 1)
+    assert given_up(client) and given_up(dist.PrefixStore("other/", client))
 
 
 def test_what_the_store_raises_reaches_the_caller():
-    store = BoundedStore(dist.HashStore())
+    store = BoundedStore(dist.HashStore(), EXTRA)
     store.set("a", "1")
     assert store.add("n", 2) == 2
     with pytest.raises(RuntimeError):
         store.wait(["never"], timedelta(seconds=0.1))
+
+
+def test_the_calls_of_one_connection_are_made_by_one_thread():
+    store = dist.HashStore()
+    before = {t for t in threading.enumerate() if t.name == "gangmesh-store-calls"}
+    for key in range(20):
+        BoundedStore(dist.PrefixStore(f"meet{key}/", store), EXTRA).add("n", 1)
+    made = {t for t in threading.enumerate() if t.name == "gangmesh-store-calls"} - before
+    assert len(made) == 1
+
+
+def test_the_margin_of_a_store_call_grows_with_the_job_s_timeout():
+    assert margin(timedelta(seconds=10)) == 2.0
+    assert margin(timedelta(seconds=200)) == 10.0
+    assert margin(timedelta(minutes=15)) == 30.0

@@ -88,6 +88,9 @@ class Explanation:
     """This process's global rank, where it is named among ``mismatched``."""
     where: tuple[tuple[int, str], ...] = ()
     """Where the absent ranks that answered stand (global rank, frames of their own code)."""
+    of_the_job: bool = False
+    """Whether the absent ranks are counted among the whole job's, the collective's group not
+    being known: then only their global ranks are said."""
     stuck: tuple[int, ...] = ()
     """The absent ranks proven stuck outside the collective, on this host: each the one member
     of the gang that did not report the failure, its main thread in the program's own code."""
@@ -111,7 +114,7 @@ class Explanation:
         if not self.absent_global:
             return ""
         where = f" on {', '.join(self.absent_hosts)}" if self.absent_hosts else ""
-        if self.seen_by is None:
+        if self.seen_by is None and not self.of_the_job:
             who = f"gang ranks {list(self.absent)} (global ranks {list(self.absent_global)})"
         else:
             who = f"global ranks {list(self.absent_global)}"

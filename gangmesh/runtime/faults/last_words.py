@@ -103,5 +103,19 @@ def last_words(value: BaseException, tb: TracebackType | None) -> None:
     if path and (named is None or not error_files.named_by_a_survivor()):
         told = inner if named is None else named
         message = f"{type(told).__name__}: {told}"
-        callstack = "".join(traceback.format_exception(type(value), value, tb))
-        error_files.write(path, message, callstack, time.time() + (0 if named is None else 1))
+        error_files.write(
+            path, message, _callstack(value, tb, named), time.time() + (named is not None)
+        )
+
+
+def _callstack(value: BaseException, tb: TracebackType | None, named: GangError | None) -> str:
+    """The traceback of ``value`` for torchelastic's error file; where it is a consequence,
+    the GangError that names the culprit first (torchrun's summary shows the traceback's
+    first lines), and last, after torch's own error where that went uncaught."""
+    if named is None:
+        return "".join(traceback.format_exception(type(value), value, tb))
+    if named is not value:  # torch's error, uncaught: the GangError said after it
+        named.__cause__, named.__traceback__ = value, None
+        value = named
+    said = "".join(traceback.format_exception(type(value), value, value.__traceback__ or tb))
+    return f"{type(named).__name__}: {named}\n\n{said}"

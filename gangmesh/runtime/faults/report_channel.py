@@ -17,9 +17,19 @@ from typing import Any
 
 import gangmesh.runtime.faults.error_files as error_files
 import gangmesh.runtime.faults.peer_state as peer_state
+import gangmesh.runtime.faults.report_reading as report_reading
 import gangmesh.runtime.faults.stacks as stacks
 from gangmesh.runtime.faults.culprits import Call, Culprit, Explanation
-from gangmesh.runtime.faults.report_reading import Reading
+from gangmesh.runtime.faults.report_reading import (
+    JOB,
+    ONCE_AT_MOST,
+    Reading,
+    absent_for,
+    append_line,
+    count_in,
+    gang_of,
+    set_state,
+)
 from gangmesh.runtime.faults.store_line import Line
 
 log = logging.getLogger("gangmesh")
@@ -28,7 +38,11 @@ WAIT_FOR_PEERS = 3.0
 """Seconds a survivor waits for the other members of its gang to report the same failure,
 where nothing else tells which rank broke."""
 _POLL = 0.02
-"""Seconds between two looks at the reports and at /proc during that wait."""
+"""Seconds between the first two looks at the reports and at /proc during that wait; each
+pause is twice the last, up to :data:`_POLL_MOST`."""
+_POLL_MOST = 0.25
+"""The longest pause between two looks: a survivor's requests to the store stay a few dozen
+per failure, whatever the size of the world."""
 PEERS_FINDINGS = 0.5
 """Seconds a survivor that found no culprit, once every member of its gang has reported the
 failure too, still looks for what they found (a culprit they are naming, or one whose end
@@ -61,6 +75,8 @@ class Channel:
         it): then it ends with this process, and the reports with it."""
         self.took_part = False
         """Whether this process reported a failure of its own or read the reports."""
+        self._state: dict[str, Any] = {}
+        """This process's own document in the reports (see :mod:`.report_reading`)."""
         self._rank_0: dict[str, Any] | None = None
         self.host = socket.gethostname()
         self._since = peer_state.started_at(os.getpid())
@@ -77,8 +93,7 @@ class Channel:
             record["stacks"], record["main"] = dump
 
         def tell(store: Any) -> None:
-            store.append(f"host/{self.host}", json.dumps(record) + "\n")
-            store.set(f"rank/{rank}", json.dumps({**record, "host": self.host}))
+            report_reading.register(store, rank, self.host, record)
 
         def learn_rank_0(store: Any) -> None:
             deadline = time.monotonic() + REPORT_BOUND  # no store wait: its timeout is loud
@@ -104,11 +119,9 @@ class Channel:
         pid = os.getpid()
         started = peer_state.start_time(pid)
         culprit = Culprit(self.rank, self.host, pid, what, time.time(), started=started)
-        entry = json.dumps(
-            {"rank": self.rank, "host": self.host, "pid": pid, "what": what,
-             "seconds": culprit.seconds, "started": started}
-        )  # fmt: skip
-        self._line.call(lambda store: store.append("reports", entry + "\n"), REPORT_BOUND)
+        entry = {"rank": self.rank, "host": self.host, "pid": pid, "what": what,
+                 "seconds": culprit.seconds, "started": started}  # fmt: skip
+        self._line.call(lambda store: append_line(store, "reports", entry), REPORT_BOUND)
         return culprit
 
     def explain(
@@ -134,7 +147,10 @@ class Channel:
 
         def explain_and_say_so(store: Any) -> Explanation:
             found = self._explain(store, global_ranks, gang_rank, wait, call, ends, known)
-            store.set(f"explained/{self.rank}", str(time.time()))
+            self._say(store, explained=time.time())
+            gang = gang_of(global_ranks)
+            count_in(store, gang, "explained", self.rank)
+            count_in(store, JOB, "explained", self.rank)
             return found
 
         return self._line.call(explain_and_say_so, bound)
@@ -147,9 +163,8 @@ class Channel:
 
         def look(store: Any) -> str:
             read = self._reading(store)
-            store.set(f"stopped/{self.rank}", str(time.time()))
-            others = [r for r in range(self.world_size) if r != self.rank]
-            culprits = read.reported() or read.named_by(others) or read.local_fates()
+            self._say(store, stopped=time.time())
+            culprits = read.reported() or read.named_by() or read.local_fates()
             if culprits:
                 return "after " + "; ".join(map(str, culprits))
             missing = read.unregistered(self.world_size)
@@ -165,9 +180,8 @@ class Channel:
 
         def look(store: Any) -> dict[int, Culprit]:
             read = self._reading(store)
-            others = [r for r in range(self.world_size) if r != self.rank]
             found = {c.rank: c for c in read.local_fates()}
-            found.update((c.rank, c) for c in read.named_by(others))
+            found.update((c.rank, c) for c in read.named_by())
             found.update((c.rank, c) for c in read.reported())
             return {rank: found[rank] for rank in ranks if rank in found}
 
@@ -189,7 +203,8 @@ class Channel:
             return f"{HUNG}; it was at {at[rank]}" if rank in at else HUNG
 
         def look(store: Any) -> list[Culprit]:
-            entries = self._reading(store).entries(f"host/{self.host}")
+            read = self._reading(store)
+            entries = read.lines(f"host/{self.host}")
             now = time.time()
             alive = [
                 Culprit(r, self.host, pid, what(r), now, str(e.get("error_file", "")), started)
@@ -198,8 +213,7 @@ class Channel:
                 and peer_state.fate(pid := int(e["pid"]), started := e.get("started")) is None
             ]
             if alive and hung:
-                found = [json.dumps(asdict(c)) for c in alive]
-                store.set(f"named/{self.rank}", json.dumps({"seconds": now, "found": found}))
+                read.name(self.rank, alive)
             return alive
 
         return self._line.call(look, bound)
@@ -216,15 +230,22 @@ class Channel:
 
         def wait(store: Any) -> None:
             read = self._reading(store)
-            pids = {int(e["rank"]): e for e in read.entries(f"host/{self.host}")}
+            local = {int(e["rank"]): e for e in read.lines(f"host/{self.host}")}
+            local.pop(self.rank, None)
             deadline = time.monotonic() + bound
-            while time.monotonic() < deadline and any(
-                not read.current(f"explained/{r}")
-                and (r not in pids or peer_state.fate(pids[r]["pid"], pids[r]["started"]) is None)
-                for r in range(self.world_size)
-                if r != self.rank
-            ):
-                time.sleep(_POLL)  # the others' reading is not signalled to this process
+            pause = _POLL
+            while time.monotonic() < deadline:
+                states = read.states(sorted(local))
+                ended = [
+                    r for r, e in local.items()
+                    if "explained" not in states.get(r, {})
+                    and peer_state.fate(int(e["pid"]), e.get("started")) is not None
+                ]  # fmt: skip
+                others = self.world_size - 1 - len(ended)
+                if read.counted(JOB, "explained", others) >= others:
+                    return
+                time.sleep(pause)  # the others' reading is not signalled to this process
+                pause = min(2 * pause, _POLL_MOST)
 
         self._line.call(wait, bound + REPORT_BOUND)
 
@@ -264,53 +285,62 @@ class Channel:
         not in a collective."""
         read = self._reading(store)
         me = global_ranks[gang_rank]
-        if call is not None:  # said before the failure: a peer that sees one sees both
-            store.set(f"call/{me}", json.dumps({**asdict(call), "seconds": time.time()}))
-        store.set(f"failed/{me}", str(time.time()))
+        gang = gang_of(global_ranks)
+        call_said = None if call is None else asdict(call)
+        self._say(store, failed=time.time(), call=call_said)  # a peer that sees one sees both
+        count_in(store, gang, "failed", me)
         others = [r for r in range(len(global_ranks)) if r != gang_rank]
         peers = [global_ranks[r] for r in others]
-        keys = [f"failed/{r}" for r in peers]
+        small = len(global_ranks) <= ONCE_AT_MOST
         deadline = time.monotonic() + wait
+        pause = _POLL
         while True:
             # whether to stop is read before the look: what the peers said by then is seen
-            done = not keys or self._peers_done(read, peers, time.monotonic() - deadline)
+            late = time.monotonic() - deadline
+            done = not peers or read.peers_done(gang, peers, late, PEERS_FINDINGS)
             culprits = (  # what a peer saw first says more than what is left to see now
-                read.reported() or read.named_by(peers) or read.local_fates()
+                read.reported() or read.named_by() or read.local_fates()
             )
             if culprits:
-                found = [json.dumps(asdict(c)) for c in culprits]
-                store.set(f"named/{me}", json.dumps({"seconds": time.time(), "found": found}))
+                read.name(me, culprits)
                 return Explanation(tuple(culprits))
-            mismatch = None if call is None else read.mismatched(me, call)
+            mismatch = None if call is None or not (small or done) else read.mismatched(me, call)
             if mismatch:
                 ranks_in, root = mismatch
                 return Explanation((), mine=call, mismatched=ranks_in, root=root, me=me)
             if done:
                 break
-            time.sleep(_POLL)  # a peer whose connection just closed may still be ending
-        pairs = zip(others, keys, strict=True)
-        absent = tuple(r for r, key in pairs if not read.current(key))
+            time.sleep(pause)  # a peer whose connection just closed may still be ending
+            pause = min(2 * pause, _POLL_MOST)
+        came = read.pairs(f"failed/{gang}/log")
+        elsewhere = read.states([r for r in peers if r not in came])  # in other gangs' calls?
+        absent = tuple(
+            r for r in others if global_ranks[r] not in came
+            and "failed" not in elsewhere.get(global_ranks[r], {})
+        )  # fmt: skip
         ranks = tuple(global_ranks[r] for r in absent)
         seen_by = None
         if not ranks:  # every member took part: one may have waited for another gang's
-            seen_by, ranks = read.absent_for(peers)
-        hosts = read.hosts(sorted({*global_ranks, *ranks}))
+            seen_by, ranks = absent_for(elsewhere)
+        hosts = read.hosts(sorted({me, *ranks})) if len(ranks) <= ONCE_AT_MOST else {}
         absent_hosts = tuple(dict.fromkeys(hosts[r] for r in ranks if r in hosts))
         silent = tuple(
-            host
-            for host in absent_hosts
-            if host != self.host and all(r in ranks for r, h in hosts.items() if h == host)
+            h for h in absent_hosts if h != self.host and read.silent(h, global_ranks, ranks)
         )
         if ranks:
-            said = {"seconds": time.time(), "ranks": list(ranks)}
-            store.set(f"absent/{me}", json.dumps(said))
+            self._say(store, absent=list(ranks))
         where, outside = self._where(store, read, ranks, ends) if ranks else ({}, set())
         alone = len(ranks) == 1 and seen_by is None  # every other member is in the call
         stuck = tuple(r for r in ranks if alone and r in outside)
         return Explanation(
             (), absent, ranks, absent_hosts, silent, seen_by, where=tuple(where.items()),
-            stuck=stuck,
+            of_the_job=not known, stuck=stuck,
         )  # fmt: skip
+
+    def _say(self, store: Any, **said: Any) -> None:
+        """Add ``said`` to this process's own document in the reports."""
+        self._state.update(said)
+        set_state(store, self.rank, self._state)
 
     def _where(
         self, store: Any, read: Reading, ranks: tuple[int, ...], ends: float
@@ -320,7 +350,7 @@ class Channel:
         their host found it; and those of this host seen in the program's own code."""
         found: dict[int, str] = {}
         outside: set[int] = set()
-        for entry in read.entries(f"host/{self.host}"):
+        for entry in read.lines(f"host/{self.host}"):
             rank, pid = int(entry["rank"]), int(entry["pid"])
             if rank not in ranks or "stacks" not in entry:
                 continue
@@ -331,25 +361,12 @@ class Channel:
                     found[rank] = answer.where
                     if not answer.in_collective:
                         outside.add(rank)
-                    said = {"seconds": time.time(), "where": answer.where}
-                    store.set(f"where/{rank}", json.dumps(said))
-        for rank in set(ranks) - set(found):
-            key = f"where/{rank}"
-            if store.check([key]):
-                said = json.loads(bytes(store.get(key)))
-                if float(said["seconds"]) >= self._since:
-                    found[rank] = str(said["where"])
-        return found, outside
+                    entry = {"seconds": time.time(), "rank": rank, "where": answer.where}
+                    append_line(store, "where", entry)
+        if set(ranks) - set(found):
+            for said in read.lines("where"):
+                found.setdefault(int(said["rank"]), str(said["where"]))
+        return {r: found[r] for r in ranks if r in found}, outside
 
     def _reading(self, store: Any) -> Reading:
         return Reading(store, self.rank, self.host, self._since)
-
-    @staticmethod
-    def _peers_done(read: Reading, peers: list[int], late: float) -> bool:
-        """Whether to stop looking, ``late`` seconds after the wait's deadline: at it where
-        some peer has not reported the failure; otherwise once every peer has said what it
-        found, or a little later (:data:`PEERS_FINDINGS`)."""
-        if not read.all_current([f"failed/{r}" for r in peers]):
-            return late >= 0
-        explained = read.all_current([f"explained/{r}" for r in peers])
-        return explained or late >= PEERS_FINDINGS

@@ -12,7 +12,7 @@ say nothing.
 
 The signal is a real-time one that nothing else is expected to use (SIGUSR1 and SIGUSR2 stay
 the program's and its scheduler's: SLURM's ``--signal``). Nothing is installed where the
-program or a library handles or ignores it already, or where ``GANGMESH_STACKS=0``. Once
+program or a library handles it already, or where ``GANGMESH_STACKS=0``. Once
 installed, the signal is never left at its default action (which ends a process): while the
 dump is registered, faulthandler answers it; after :func:`uninstall`, it is ignored, and the
 in-memory file is closed, so that a survivor reading an old report finds nothing to ask.
@@ -66,37 +66,35 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name
 
 _dump: int | None = None
 """The in-memory file this process's stacks are dumped to, while installed."""
-_parked = False
-"""Whether :data:`SIGNAL` is ignored because gangmesh parked it there (it may install again)."""
 
 
 def install() -> tuple[int, int] | None:
     """Dump this process's stacks on :data:`SIGNAL` from now on (once); the in-memory file's
     descriptor and the main thread's id, for the job's reports; None where the dumps are
-    switched off, the program handles or ignores the signal itself, or there is no memfd."""
-    global _dump, _parked
+    switched off, the program handles the signal itself, or there is no memfd."""
+    global _dump
     main = threading.main_thread().ident or 0
     if _dump is not None:
         return _dump, main
     if os.environ.get(SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
         return None
-    reinstall = _parked and signal.getsignal(SIGNAL) is signal.SIG_IGN
-    if not (reinstall or _at_default()) or not hasattr(os, "memfd_create"):
+    if not _free() or not hasattr(os, "memfd_create"):
         return None
     if threading.current_thread() is not threading.main_thread():
         return None  # only the main thread may set a signal's Python handler
     fd = os.memfd_create(NAME, os.MFD_CLOEXEC)
     signal.signal(SIGNAL, signal.SIG_IGN)  # what faulthandler restores: never the default
-    _parked = True
     faulthandler.register(SIGNAL, file=fd, all_threads=True, chain=False)
     _dump = fd
     return fd, main
 
 
-def _at_default() -> bool:
-    """Whether :data:`SIGNAL` has its default action, as Python and the C library see it (a
-    handler registered with faulthandler or by a C library shows only in the latter)."""
-    if signal.getsignal(SIGNAL) is not signal.SIG_DFL:
+def _free() -> bool:
+    """Whether :data:`SIGNAL` is free to take: at its default action, or ignored (as gangmesh
+    leaves it, here or in the process that started this one: an ignored signal is inherited),
+    as Python and the C library see it (a handler registered with faulthandler or by a C
+    library shows only in the latter)."""
+    if signal.getsignal(SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -105,7 +103,7 @@ def _at_default() -> bool:
             return False
     except (OSError, AttributeError):
         return False
-    return ctypes.c_void_p.from_buffer(action).value in (None, 0)  # SIG_DFL is 0
+    return ctypes.c_void_p.from_buffer(action).value in (None, 0, 1)  # SIG_DFL 0, SIG_IGN 1
 
 
 def uninstall() -> None:

@@ -7,14 +7,13 @@ the connection torch's groups use is never held.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch.distributed as dist
+
+from gangmesh.runtime.call_thread import CallThread
 
 T = TypeVar("T")
 
@@ -22,48 +21,43 @@ T = TypeVar("T")
 class Line:
     """A store client of its own, used by one daemon thread; every call bounded.
 
-    A call that does not end in time is left to its thread (which the process does not
-    wait for at exit); later calls queue behind it and give up in their turn.
+    A call that does not end in time is left to its thread (which the process does not wait
+    for at exit); the next call gets a new connection and thread, so that a store that
+    answers again is reached again.
     """
 
     def __init__(self, connect: Callable[[], Any]) -> None:
-        self._calls: queue.SimpleQueue[tuple[Callable[[Any], Any], Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
         self._connect = connect
-        self._thread = threading.Thread(
-            target=self._serve, name="gangmesh-failure-reports", daemon=True
-        )
-        self._thread.start()
+        self._store: Any = None
+        self._thread = CallThread("gangmesh-failure-reports")
 
-    def _serve(self) -> None:
-        store = None
-        while True:
-            item = self._calls.get()
-            if item is None:
-                return
-            call, done = item
-            try:
-                if store is None:
-                    store = self._connect()
-                done.set_result(call(store))
-            except Exception as ex:  # handed to the caller
-                done.set_exception(ex)
+    def _with_store(self, work: Callable[[Any], T]) -> Callable[[], T]:
+        def run() -> T:
+            if self._store is None:
+                self._store = self._connect()
+            return work(self._store)
+
+        return run
+
+    def _current(self) -> CallThread:
+        """The thread of the calls: a new one, with a new connection, where a call was given
+        up on."""
+        if self._thread.held:
+            self._thread.end(0)
+            self._thread, self._store = CallThread("gangmesh-failure-reports"), None
+        return self._thread
 
     def call(self, work: Callable[[Any], T], bound: float) -> T:
         """``work(store)`` on the thread; TimeoutError after ``bound`` seconds."""
-        done: Future[T] = Future()
-        self._calls.put((work, done))
-        return done.result(timeout=bound)
+        return self._current().call(self._with_store(work), bound)
 
     def send(self, work: Callable[[Any], Any]) -> None:
         """``work(store)`` on the thread, without waiting for it."""
-        self._calls.put((work, Future()))
+        self._current().send(self._with_store(work))
 
     def end(self, bound: float) -> None:
         """End the thread once its calls are done, waiting up to ``bound`` seconds for it."""
-        self._calls.put(None)
-        self._thread.join(bound)
+        self._thread.end(bound)
 
 
 _lines: dict[tuple[str, int], Line] = {}

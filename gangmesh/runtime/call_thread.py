@@ -1,0 +1,63 @@
+"""One daemon thread that makes the calls handed to it, one after another, each caller waiting
+a bounded time: a store connection's calls, where torch's client may wait without end (a
+server that is stopped, a host cut off), never hold the thread that asked."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_Item = tuple[Callable[[], Any], "concurrent.futures.Future[Any]"]
+
+
+class CallThread:
+    """A daemon thread that makes the calls handed to it, in order.
+
+    A call that does not end in time is left to the thread (which the process does not wait
+    for at exit); later calls queue behind it and give up in their turn, unless the owner
+    drops the thread (:attr:`held`) and starts another.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self.held = False
+        """Whether a call was given up on while the thread was in it."""
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._calls.get()
+            if item is None:
+                return
+            work, done = item
+            try:
+                done.set_result(work())
+            except BaseException as ex:  # handed to the caller
+                done.set_exception(ex)
+
+    def call(self, work: Callable[[], T], bound: float) -> T:
+        """``work()`` on the thread, its result or what it raised.
+
+        :raises TimeoutError: it did not end within ``bound`` seconds.
+        """
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._calls.put((work, done))
+        try:
+            return done.result(timeout=bound)
+        except concurrent.futures.TimeoutError:
+            self.held = True
+            raise TimeoutError(f"no answer within {bound:g} s") from None
+
+    def send(self, work: Callable[[], Any]) -> None:
+        """``work()`` on the thread, without waiting for it."""
+        self._calls.put((work, concurrent.futures.Future()))
+
+    def end(self, bound: float) -> None:
+        """End the thread once its calls are done, waiting up to ``bound`` seconds for it."""
+        self._calls.put(None)
+        self._thread.join(bound)
