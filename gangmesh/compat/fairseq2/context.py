@@ -114,6 +114,7 @@ class StandardGangContext(GangContext):
 
 @contextmanager
 def _entered(gangs: Gangs, devices: tuple[torch.device, ...]) -> Iterator[None]:
+    """``gangs`` on the calling thread's stack for ``devices`` inside the block."""
     ENTERED.enter(gangs, devices)
     try:
         yield
@@ -122,6 +123,7 @@ def _entered(gangs: Gangs, devices: tuple[torch.device, ...]) -> Iterator[None]:
 
 
 def _default_for(device: torch.device) -> Gangs:
+    """The default gangs of ``device``, else the gangs of one process held for it."""
     with _lock:
         gangs = _defaults.get(device)
         if gangs is None:
@@ -133,6 +135,10 @@ def _default_for(device: torch.device) -> Gangs:
 
 
 def _device_or_default(device: object) -> torch.device:
+    """``device``, or torch's default device for None.
+
+    :raises TypeError: ``device`` is neither.
+    """
     if device is None:
         return torch.get_default_device()
     if not isinstance(device, torch.device):
@@ -141,7 +147,10 @@ def _device_or_default(device: object) -> torch.device:
 
 
 def _devices_of(gangs: object, meta: object) -> tuple[torch.device, ...]:
-    """The devices ``gangs`` are set for: their own, and the meta device with ``meta``."""
+    """The devices ``gangs`` are set for: their own, and the meta device with ``meta``.
+
+    :raises TypeError: ``gangs`` has no device, or ``meta`` is not a bool.
+    """
     device = getattr(gangs, "device", None)
     if not isinstance(device, torch.device):
         raise InvalidTypeError(f"gangs: expected a Gangs (gangs on a torch.device), got {gangs!r}")

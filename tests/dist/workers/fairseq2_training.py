@@ -124,12 +124,8 @@ class Losses:
     steps: list[float]
     after: float
 
-    def difference(self, other: Losses) -> float:
-        """The largest difference between two runs' losses."""
-        ours, theirs = [*self.steps, self.after], [*other.steps, other.after]
-        return max(abs(a - b) for a, b in zip(ours, theirs, strict=True))
-
     def as_dict(self) -> dict[str, object]:
+        """The losses as JSON takes them."""
         return asdict(self)
 
 
