@@ -115,6 +115,7 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
                 (name, "py:exception", "library/exceptions.html#$")
                 for name in ("NotImplementedError", "RuntimeError", "TypeError", "ValueError")
             ),
+            ("contextlib.AbstractContextManager", "py:class", "library/contextlib.html#$"),
             ("datetime.timedelta", "py:class", "library/datetime.html#$"),
             ("pathlib.Path", "py:class", "library/pathlib.html#$"),
             ("subprocess.Popen", "py:class", "library/subprocess.html#$"),
@@ -177,9 +178,10 @@ for _name in _compat.__all__:
     _value = getattr(_compat, _name)
     if _value is getattr(gm, _name, None):
         _names.append(f":{'class' if isinstance(_value, type) else 'func'}:`~gangmesh.{_name}`")
-    elif getattr(_value, "__module__", None) == _compat.__name__:
-        if f".. autofunction:: gangmesh.compat.fairseq2.{_name}\n" not in _api:
-            raise RuntimeError(f"api.rst: expected '.. autofunction:: {_compat.__name__}.{_name}'")
+    elif getattr(_value, "__module__", "").startswith(_compat.__name__):
+        _directive = "autoclass" if isinstance(_value, type) else "autofunction"
+        if f".. {_directive}:: gangmesh.compat.fairseq2.{_name}\n" not in _api:
+            raise RuntimeError(f"api.rst: expected '.. {_directive}:: {_compat.__name__}.{_name}'")
     elif not (_name == "Device" and _value is torch.device):
         raise RuntimeError(f"gangmesh.compat.fairseq2.{_name} is not gangmesh.{_name}")
 (_generated / "compat_fairseq2.inc").write_text(

@@ -1,11 +1,11 @@
-"""The calling thread's current gangs: the innermost entered with ``with gangs:``."""
+"""The calling thread's current gangs: the innermost it entered and has not left."""
 
 from __future__ import annotations
 
-from gangmesh.assembly.gangs import Gangs, entered_gangs
+from gangmesh.assembly.gangs import ENTERED, Gangs
 
 
 def maybe_get_current_gangs() -> Gangs | None:
-    """The innermost Gangs entered with ``with gangs:`` in this thread, or None."""
-    entered = entered_gangs()
-    return entered[-1] if entered else None
+    """The innermost Gangs entered in this thread (``with gangs:``, or fairseq2's
+    ``set_gangs`` from :mod:`gangmesh.compat.fairseq2`) and not yet left, or None."""
+    return ENTERED.innermost()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +17,7 @@ from gangmesh.assembly import mesh_build, record
 from gangmesh.assembly.hand_built import GANG_DEFAULTS, GangKeywords, completed, keywords_of
 from gangmesh.assembly.mesh_views import Meshes
 from gangmesh.assembly.mesh_wrap import wrap_meshes
+from gangmesh.assembly.thread_stack import DeviceStack
 from gangmesh.plan.dim_keywords import with_keywords
 from gangmesh.plan.dims import ALIASES, FLATTENED, GANG_DIMS, GANG_NAMES, ROOT, Dim
 from gangmesh.plan.topology import MeshTopology
@@ -32,18 +32,6 @@ from gangmesh.runtime.unbuilt_gang import UnbuiltGang
 
 _STORED = (*FLATTENED[Dim.DP], *(dim for dim in GANG_DIMS if dim not in FLATTENED[Dim.DP]))
 """The dimensions of GANG_DIMS in the order their gangs are reported, HSDP's two first."""
-
-
-_entered = threading.local()
-
-
-def entered_gangs() -> list[Gangs]:
-    """The Gangs the calling thread entered with ``with gangs:`` and has not left, innermost
-    last."""
-    stack: list[Gangs] | None = getattr(_entered, "stack", None)
-    if stack is None:
-        stack = _entered.stack = []
-    return stack
 
 
 class _Field:
@@ -102,7 +90,7 @@ class Gangs(Mapping[str, Gang]):
     gangs of the same members: ep of size 1, etp = tp, efsdp = sdp, edp = dp
     (cp = 1), each only where the plan has that size.
     Used as a context manager, a Gangs becomes the calling thread's current gangs
-    (see :func:`maybe_get_current_gangs`). Two Gangs are equal only if they are
+    for its device (see :func:`maybe_get_current_gangs`). Two Gangs are equal only if they are
     the same object.
 
     :param mesh: the dense mesh, kept as ``meshes["dense"]``.
@@ -296,7 +284,8 @@ class Gangs(Mapping[str, Gang]):
             return list(range(self.root.size))
 
     def __enter__(self) -> Gangs:
-        entered_gangs().append(self)
+        """Become the calling thread's current gangs for :attr:`device`."""
+        ENTERED.enter(self, (self.device,))
         return self
 
     def __exit__(
@@ -311,9 +300,7 @@ class Gangs(Mapping[str, Gang]):
 
         :raises GangError: a collective inside the block failed after a peer broke.
         """
-        entered = entered_gangs()
-        if entered and entered[-1] is self:
-            entered.pop()
+        ENTERED.leave(self)
         named = None if exc is None else faults.consequence(exc)
         if named is not None:
             raise named from exc
@@ -368,3 +355,9 @@ class Gangs(Mapping[str, Gang]):
             not fit the dense one.
         """
         return cls._of(*wrap_meshes(mesh, expert_mesh, root, timeout))
+
+
+ENTERED: DeviceStack[Gangs] = DeviceStack()
+"""The Gangs each thread entered and has not left, each for its devices: ``with gangs:``
+enters one for its own device, fairseq2's ``set_gangs`` (:mod:`gangmesh.compat.fairseq2`)
+for the meta device too."""

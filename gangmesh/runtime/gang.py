@@ -47,17 +47,46 @@ class ReduceOperation(Enum):
 
 
 _MEAN = ReduceOperation.MEAN
+_NAMED_ALIKE: dict[object, ReduceOperation] = {}
+"""The members of other enums taken as ReduceOperations so far: each is looked up by name once."""
 
 
-def check_reduction(op: object, tensor: Tensor, name: str = "tensor") -> None:
-    """Raise unless ``op`` is a ReduceOperation that the dtype of ``tensor`` supports."""
+def as_reduce_operation(op: object) -> ReduceOperation:
+    """``op`` as a ReduceOperation: itself, or the member of the same name of another enum
+    (fairseq2's ``ReduceOperation``, for one).
+
+    :raises TypeError: ``op`` is neither, naming the members expected.
+    """
+    if type(op) is ReduceOperation:
+        return op
+    try:
+        return _NAMED_ALIKE[op]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
+    member = ReduceOperation.__members__.get(op.name) if isinstance(op, Enum) else None
+    if member is None:
+        raise InvalidTypeError(
+            f"op: expected a ReduceOperation, or a member of an enum named like one of its "
+            f"({', '.join(ReduceOperation.__members__)}), got {op!r}"
+        )
+    _NAMED_ALIKE[op] = member
+    return member
+
+
+def check_reduction(op: object, tensor: Tensor, name: str = "tensor") -> ReduceOperation:
+    """``op`` as a ReduceOperation (see :func:`as_reduce_operation`), checked against the
+    dtype of ``tensor``.
+
+    :raises TypeError: ``op`` is no reduce operation, or MEAN of an integer tensor.
+    """
     if type(op) is not ReduceOperation:
-        raise InvalidTypeError(f"op: expected a ReduceOperation, got {op!r}")
+        op = as_reduce_operation(op)
     if op is _MEAN and not (tensor.is_floating_point() or tensor.is_complex()):
         raise InvalidTypeError(
             f"{name}: ReduceOperation.MEAN needs a floating-point or complex tensor, got dtype "
             f"{tensor.dtype}; convert it first, e.g. tensor.float()"
         )
+    return op
 
 
 class GangError(RuntimeError):
@@ -137,15 +166,15 @@ class Gang(ABC):
         """Reduce ``tensor`` in place over the gang with ``op``.
 
         :param tensor: this process's values; holds the result afterwards.
-        :param op: how the values combine.
-        :raises TypeError: ``tensor`` is not a tensor, ``op`` is not a
-            ReduceOperation, or MEAN is asked of an integer tensor.
+        :param op: how the values combine: a ReduceOperation, or a member of the same
+            name of another enum (fairseq2's ``ReduceOperation``).
+        :raises TypeError: ``tensor`` is not a tensor, ``op`` is no reduce operation,
+            or MEAN is asked of an integer tensor.
         :raises ValueError: ``tensor`` is on another device.
         :raises GangError: on failure or timeout.
         """
         check_tensor("tensor", tensor, self.device)
-        check_reduction(op, tensor)
-        self._all_reduce(tensor, op)
+        self._all_reduce(tensor, check_reduction(op, tensor))
 
     def all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
         """Gather ``input_tensor`` of every process into ``output_tensor``, in rank order.
@@ -201,7 +230,7 @@ class Gang(ABC):
         """
         check_tensor("input_tensor", input_tensor, self.device)
         check_tensor("output_tensor", output_tensor, self.device)
-        check_reduction(op, input_tensor, "input_tensor")
+        op = check_reduction(op, input_tensor, "input_tensor")
         check_reduce_scatter(output_tensor, input_tensor, self.size)
         self._reduce_scatter(output_tensor, input_tensor, op)
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from gangmesh.plan._checks import InvalidTypeError
-from gangmesh.runtime.gang import Gang, ReduceOperation
+from gangmesh.runtime.gang import Gang, ReduceOperation, as_reduce_operation
 
 
 def _check_gang(gang: object) -> None:
@@ -76,11 +76,12 @@ def all_reduce_dict(
 
     :param gang: the gang to reduce over.
     :param data: metric name -> this process's number or real tensor.
-    :param op: how the values combine.
-    :raises TypeError: ``data`` is not a mapping, or a value is neither a real
-        number nor a real tensor.
+    :param op: how the values combine (another enum's member of the same name too).
+    :raises TypeError: ``op`` is no reduce operation, ``data`` is not a mapping, or a
+        value is neither a real number nor a real tensor.
     """
     _check_gang(gang)
+    op = as_reduce_operation(op)
     if not isinstance(data, Mapping):
         raise InvalidTypeError(
             f"data: expected a mapping of str to numbers or tensors, got {data!r}"

@@ -53,6 +53,8 @@ def expected(members: list[int], me: int) -> dict[str, object]:
     }
     for op, combine in COMBINE.items():
         out[f"all_reduce_{op}"] = [combine(values), combine([-v for v in values])]
+        # another enum's member of the same name (fairseq2's) is taken as gangmesh's
+        out[f"all_reduce_{op}_by_name"] = out[f"all_reduce_{op}"]
         # Process with global rank g holds (g + 1) * (i + 1) at index i; this rank gets 2r, 2r+1.
         out[f"reduce_scatter_{op}"] = [
             combine([v * (i + 1) for v in values]) for i in (2 * rank, 2 * rank + 1)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.dist.launch import REPO, torchrun_like
+from tests.shown import assert_output_shown
 
 pytestmark = pytest.mark.dist
 
@@ -73,3 +74,15 @@ def test_gangs_replace_hand_made_mesh_groups():
     # shard groups {0,1} and {2,3} sum to 1 and 5; the replicate broadcast takes rank 2 or 3's 5.
     assert by_hand == [f"rank {r}: 5.0" for r in range(4)]
     assert printed("gangs_side.py", 4) == by_hand
+
+
+def test_fairseq2_s_layers_train_on_gangmesh_s_gangs_as_the_page_shows():
+    pytest.importorskip("fairseq2", reason="fairseq2 0.8.1 is not installed")
+    run = torchrun_like(MIGRATION / "fairseq2_library.py", 4, timeout=180)
+    assert run.returncode == 0, run.output
+    assert "largest difference from one process" in run.output
+    assert_output_shown(
+        "migration.rst",
+        "$ torchrun --nproc-per-node 4 docs/examples/migration/fairseq2_library.py",
+        run.output,
+    )

@@ -16,6 +16,14 @@ from gangmesh.testing import simulate_gangs
 from tests.dist.launch import free_port
 
 CPU = torch.device("cpu")
+META = torch.device("meta")
+FAIRSEQ2_0_8_1 = {
+    "Gang", "ReduceOperation", "GangError", "raise_operational_gang_error", "FakeGang",
+    "ProcessGroupGang", "Gangs", "get_default_gangs", "set_default_gangs", "set_gangs",
+    "get_current_gangs", "maybe_get_current_gangs", "GangContext", "create_parallel_gangs",
+    "create_fsdp_gangs", "create_fake_gangs", "broadcast_flag", "all_sum",
+}  # fmt: skip
+"""Every public name fairseq2 0.8.1's gang module defines."""
 MIGRATION = Path(__file__).parents[2] / "docs/migration.rst"
 LAUNCH_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -51,11 +59,25 @@ def test_every_name_the_migration_page_offers_is_there():
     assert set(compat.__all__) <= {name for name in dir(compat) if not name.startswith("_")}
 
 
-def test_the_names_the_page_says_are_missing_are_missing():
-    missing = names_in("Not offered") - {"GangError", "OperationalError", "setup_hybrid_fsdp_gangs"}
-    assert {"get_current_gangs", "set_gangs", "raise_operational_gang_error"} <= missing
-    for name in missing:
-        assert not hasattr(compat, name) and not hasattr(compat.ProcessGroupGang, name), name
+def test_what_the_page_says_is_not_offered_is_not_here():
+    missing = names_in("Not offered") - {"setup_hybrid_fsdp_gangs"}
+    assert missing == {"from_process_group"}
+    assert not hasattr(compat.ProcessGroupGang, "from_process_group")
+
+
+def test_every_public_name_of_fairseq2_0_8_1_s_gang_module_is_here():
+    assert set(compat.__all__) >= FAIRSEQ2_0_8_1
+    assert names_in("Offered, from fairseq2 0.8.1") >= FAIRSEQ2_0_8_1 | {"Device"}
+
+
+def test_the_installed_fairseq2_gang_module_has_no_public_name_more():
+    gang = pytest.importorskip("fairseq2.gang", reason="fairseq2 is not installed")
+    defined = {
+        name
+        for name, value in vars(gang).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == gang.__name__
+    }
+    assert defined == FAIRSEQ2_0_8_1
 
 
 def test_the_launch_helpers_read_torchrun_then_slurm_and_default_to_one_process(no_launcher):

@@ -42,6 +42,11 @@ RERUN_ELSEWHERE = {
     ("howto.rst", "# trained outside"): "dist/test_training_faults.py",
     ("howto.rst", "ValueError: device: LOCAL_WORLD_SIZE"): "unit/test_default_device.py",
     (
+        "migration.rst",
+        "$ torchrun --nproc-per-node 4 docs/examples/migration/fairseq2_library.py",
+    ): "dist/test_migration_examples.py",
+    ("migration.rst", "# rank 3 raises in fairseq2's step"): "dist/test_fairseq2_library.py",
+    (
         "parts.rst",
         "$ torchrun --nproc-per-node 8 docs/examples/two_models.py",
     ): "dist/test_recipes.py",

@@ -7,6 +7,7 @@ create_gangs by all, then sub-gangs of sub-gangs, then create_gangs again.
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import Enum
 
 import torch
 from common import write_results
@@ -17,6 +18,16 @@ OPS = list(gm.ReduceOperation)
 CPU = torch.device("cpu")
 
 
+class OtherReduceOperation(Enum):
+    """Another library's reduce operations (fairseq2's, say): the same names, other values."""
+
+    MAX = 1
+    MIN = 2
+    PRODUCT = 3
+    MEAN = 4
+    SUM = 5
+
+
 def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
     """Run each collective with values derived from the global rank."""
     out: dict[str, object] = {"rank": gang.rank, "size": gang.size}
@@ -24,6 +35,9 @@ def exercise(gang: gm.Gang, global_rank: int) -> dict[str, object]:
         t = torch.tensor([global_rank + 1.0, -(global_rank + 1.0)])
         gang.all_reduce(t, op)
         out[f"all_reduce_{op.name}"] = t.tolist()
+        t = torch.tensor([global_rank + 1.0, -(global_rank + 1.0)])
+        gang.all_reduce(t, OtherReduceOperation[op.name])
+        out[f"all_reduce_{op.name}_by_name"] = t.tolist()
         # reduce_scatter: element i of the input is (global rank + 1) * (i + 1).
         inp = torch.tensor([(global_rank + 1.0) * (i + 1) for i in range(2 * gang.size)])
         chunk = torch.empty(2)
