@@ -115,3 +115,30 @@ def test_inside_a_pipeline_stage_torch_s_wrapper_is_seen_through(tmp_path, job, 
     assert_root_cause_is_rank_3(run.output)
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
     assert fault != "raise" or "ValueError: step 2: the loss is NaN" in root_cause, run.output
+
+
+@pytest.mark.parametrize("fault", ["sigkill", "hang"])
+def test_a_tensor_parallel_step_s_failure_names_its_collective_and_group(tmp_path, fault):
+    # TP x FSDP2 (tp 2 x dp_shard 2): DTensor's all-reduces are functional collectives, whose
+    # group torch does not say where their wait fails; each survivor still says which
+    # collective and which group broke, names rank 3, and a hung rank 3 is ended once
+    args = (str(tmp_path), "3", fault, "0", "raise", f"{TIMEOUT:g}", "forward", "tp_fsdp", "2")
+    options = (f"--monitor-interval={TIMEOUT + 6:g}",)
+    run = torchrun("train_faults.py", 4, *args, timeout=150, options=options)
+    found = run.results(tmp_path)
+    assert run.returncode != 0 and 3 in found, run.output
+    raised = [rank for rank in (0, 1, 2) if "error" in found.get(rank, {})]
+    assert raised, run.output
+    for rank in raised:
+        error = found[rank]["error"]
+        assert found[rank]["culprits"] == [3], error
+        assert re.search(FATES[fault], error), error
+        assert re.match(r"[a-z_ ]+ failed on process group '\w+' \(size \d, rank \d", error), error
+        assert not error.startswith("a collective failed"), error
+    assert len(re.findall(r"takes no part: ending it", run.output)) <= 1, run.output
+    assert_root_cause_is_rank_3(run.output)
+    # torchrun's summary shows each survivor's GangError first, not torch's gloo text
+    failures = run.output.split("Failures:", 1)[-1].split("Root Cause", 1)[0]
+    for rank in raised:
+        shown = re.search(rf"rank\s*: {rank} \(local_rank.*?traceback : (.*)", failures, re.S)
+        assert shown is None or shown.group(1).startswith("GangError: "), failures

@@ -233,3 +233,19 @@ def test_a_call_of_its_own_on_a_gang_nobody_else_is_in_is_named_by_every_rank_be
     set_call(server, 2, call(replicate02, "all_reduce", 7))
     pairs, root = reading(server, 1).mismatched(1, call(WORLD, number=1))
     assert root == (1,) and [rank for rank, _ in pairs] == [1, 0, 2, 3]
+
+
+def test_a_survivor_s_error_file_starts_and_ends_with_the_gang_error_that_names_the_culprit():
+    # torchrun's summary shows the first lines of each error file's traceback
+    from gangmesh.runtime.faults.last_words import _callstack
+    from gangmesh.runtime.gang import GangError
+
+    try:
+        raise RuntimeError("[gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:4")
+    except RuntimeError as ex:
+        torch_s = ex
+    named = GangError("all_reduce failed on process group 'tp': global rank 3 ... was killed")
+    said = _callstack(torch_s, torch_s.__traceback__, named)  # torch's error went uncaught
+    assert said.startswith(f"GangError: {named}\n"), said
+    assert said.rstrip().endswith(f"GangError: {named}"), said
+    assert "Connection closed by peer" in said  # torch's text stays, in between

@@ -146,10 +146,7 @@ def _holding(ranks: tuple[int, ...]) -> str:
     if not found:
         return ""
     size, label, rank = min(found)
-    return (
-        f" on process group '{label}' (size {size}, rank {rank}; torch does not say a waited "
-        "collective's group: the smallest of this process's groups that holds the ranks named)"
-    )
+    return f" on process group '{label}' (size {size}, rank {rank}; the smallest holding them)"
 
 
 def _place(group: ProcessGroup | None) -> tuple[list[int], int]:
