@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.distributed import ProcessGroup
 from typing_extensions import override
 
-from gangmesh.plan._checks import InvalidTypeError
+from gangmesh.plan._checks import InvalidTypeError, check_timeout
 from gangmesh.runtime import _backend, _c10d
 from gangmesh.runtime._validate import Splits, normalized_device
 from gangmesh.runtime.faults import Call, gang_error
@@ -36,7 +36,9 @@ class GroupGang(PlacedGang):
     :param device: where the tensors passed to the collectives live.
     :param name: the gang's label in messages.
     :param timeout: the group's timeout, where the backend does not tell it.
-    :raises TypeError: ``pg`` is not a ProcessGroup or ``device`` not a torch.device.
+    :raises TypeError: ``pg`` is not a ProcessGroup, ``device`` not a torch.device or
+        ``timeout`` not a timedelta.
+    :raises ValueError: ``timeout`` is not positive.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class GroupGang(PlacedGang):
     ) -> None:
         if not isinstance(pg, ProcessGroup):
             raise InvalidTypeError(f"pg: expected a torch ProcessGroup, got {pg!r}")
+        timeout = check_timeout(timeout)
         self._device = normalized_device(device)
         self._pg: ProcessGroup | None = pg
         self._name = name
