@@ -95,6 +95,11 @@ class DimFacts:
     dimensions has a size above 1 (empty: always)."""
 
     @property
+    def short(self) -> str:
+        """What it is in a few words: its description up to a colon or a parenthesis."""
+        return self.description.split(" (", 1)[0].split(": ", 1)[0]
+
+    @property
     def expert(self) -> bool:
         """Whether its groups live in the expert view only."""
         return self.view == "expert"
