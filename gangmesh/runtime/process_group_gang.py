@@ -54,7 +54,8 @@ class ProcessGroupGang(GroupGang):
     :param high_priority: whether groups made from this gang use high-priority streams.
     :raises TypeError: ``pg`` is not a ProcessGroup, ``device`` not a torch.device or
         ``timeout`` not a timedelta.
-    :raises ValueError: ``timeout`` is not positive.
+    :raises ValueError: ``timeout`` is not positive, or ``pg`` is not a group of this job (of
+        another world, or destroyed).
     """
 
     def __init__(
