@@ -87,7 +87,8 @@ class DimFacts:
     fairseq2: str | None = None
     """fairseq2's name of the gang (the Gangs field), where it differs."""
     torchtitan: str | None = None
-    """torchtitan's name of the mesh that merges a flattened dimension, where it has one."""
+    """torchtitan's name of the mesh that merges a flattened dimension, where it has one, and
+    of that dimension in it."""
     megatron: str | None = None
     """How Megatron-Core's order strings name it (dense dimensions only)."""
     listed: tuple[Dim, ...] | None = None
