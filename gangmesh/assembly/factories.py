@@ -83,8 +83,9 @@ def create_gangs(
         ``gangs.rdp`` is then the managed gang over the step's replica groups, and the sizes
         are those of one group (``dp_replicate`` 1); the rest is as for any job.
     :raises ValueError: sizes that do not multiply to ``root_gang.size``, a rule of
-        the expert view broken, a root gang that is not the default group's, or
-        ``dp_replicate`` other than 1 with ``replicas``.
+        the expert view broken, a root gang that is not the default group's (another
+        gang, a closed one, one of another world), or ``dp_replicate`` other than 1 with
+        ``replicas``.
     :raises GangError: a process group cannot be created.
     """
     check_root(root_gang, parts=True)

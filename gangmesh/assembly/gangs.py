@@ -81,8 +81,11 @@ class Gangs(Mapping[str, Gang]):
     dp_shard_cp, tp), for FSDP2 (``["dp_replicate", "dp_shard_cp"]``) and tensor
     parallelism (``["tp"]``) on one root; "dp_cp" ("loss": pp, dp_cp, tp), every
     data dimension for the loss; "dp" ("batch": pp, dp, cp, tp), for data loading;
-    "expert" (pp, dp_replicate, efsdp, ep, etp) and "edp" (pp, edp, ep, etp), where the
-    job uses experts (at ep = 1 with ``expert=True``, the ep dimension of size 1).
+    "expert" ("efsdp": pp, dp_replicate, efsdp, ep, etp) and "edp" (pp, edp, ep, etp),
+    where the job uses experts (at ep = 1 with ``expert=True``, the ep dimension of size 1).
+    Under torchtitan's names, the merged dimension has torchtitan's name too
+    (``meshes["fsdp"]["dp_replicate", "fsdp"]``): a mesh over the same groups, made on first
+    use.
     ``mesh`` is ``meshes["dense"]`` and ``expert_mesh`` ``meshes["expert"]`` (None where
     absent). Fake gangs have no
     meshes; :meth:`from_mesh` keeps the user's meshes as "dense" and "expert".
@@ -135,7 +138,7 @@ class Gangs(Mapping[str, Gang]):
         given_meshes = {"dense": mesh, "expert": expert_mesh}
         meshes = {**(meshes or {}), **{k: m for k, m in given_meshes.items() if m is not None}}
         self._gangs: dict[str, Gang] = {ROOT: gangs["root"], **{n: by_dim[n] for n in _STORED}}
-        self.plan, self.meshes, self.timeout = plan, Meshes(meshes), timeout
+        self.plan, self.meshes, self.timeout = plan, Meshes(meshes, self), timeout
         self._leases: list[Lease] = []
         self._closed = False
         if meshes:
@@ -330,10 +333,12 @@ class Gangs(Mapping[str, Gang]):
         timeout: timedelta | None = None,
         expert_mesh: DeviceMesh | None = None,
     ) -> Gangs:
-        """Wrap DeviceMeshes a user built; their groups are never destroyed by gangmesh.
+        """Wrap DeviceMeshes a user built, or one gangmesh handed out; their groups are never
+        destroyed by gangmesh.
 
         ``mesh`` has dimension names among pp, dp_replicate, dp_shard, cp and tp,
-        in any order (a single data dimension may be named "dp": fully sharded);
+        in any order, or one merged data dimension instead of its members (dp or batch,
+        dp_shard_cp or fsdp, dp_cp or loss), read as dp_shard (fully sharded);
         missing dimensions have size 1. ``expert_mesh`` (names among pp,
         dp_replicate, efsdp, ep, etp) adds the expert gangs. Both must number
         ranks row-major, as :func:`~torch.distributed.device_mesh.init_device_mesh`
@@ -345,14 +350,19 @@ class Gangs(Mapping[str, Gang]):
         to the default process group; ``timeout`` (default: the root's) is that
         of the flattened groups gangmesh creates.
 
-        :param mesh: the dense mesh.
+        A mesh of ``meshes`` of open gangs (any of them, under either name) gives those gangs'
+        plan and groups, whatever it merges, and is kept under its own name; ``root``
+        defaults to theirs.
+
+        :param mesh: the dense mesh, or a mesh of ``meshes``.
         :param root: the gang of every process; default: the default process group's.
         :param timeout: timeout of the flattened groups gangmesh creates.
         :param expert_mesh: the expert mesh, if the user has one; without it,
             gangmesh creates the expert gangs' groups.
         :raises ValueError: unknown or missing dimension names, a mesh that does not
             cover the root or is not numbered row-major, an expert mesh that does
-            not fit the dense one.
+            not fit the dense one, or a mesh whose groups this job does not hold (of another
+            world, or of closed gangs), saying whose it is.
         """
         return cls._of(*wrap_meshes(mesh, expert_mesh, root, timeout))
 

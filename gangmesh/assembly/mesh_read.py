@@ -7,15 +7,31 @@ from typing import Any
 from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 
-from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, FLATTENED, SHARED_DIMS, SIZE_NAMES, Dim
+from gangmesh.plan.dims import (
+    DENSE_DIMS,
+    EXPERT_DIMS,
+    FACTS,
+    FLATTENED,
+    SHARED_DIMS,
+    SIZE_NAMES,
+    Dim,
+)
 from gangmesh.plan.layout import Layout
 from gangmesh.plan.topology import MeshTopology
 
-_DATA = Dim.DP
-"""The one data dimension a mesh may have instead of dp_replicate and dp_shard."""
+_SHARDS = Dim.DP_SHARD
+"""What a merged data dimension of a user's mesh is read as: the ranks FSDP shards over."""
 
-_DATA_AS = FLATTENED[_DATA][-1]
-"""What that dimension is read as: its innermost member (fully sharded data parallel)."""
+_MERGED: dict[str, Dim] = {
+    name: merged
+    for merged, facts in FACTS.items()
+    if facts.members and not facts.expert
+    for name in (merged.value, facts.torchtitan)
+    if name is not None
+}
+"""Each name of a merged data dimension (gangmesh's and torchtitan's: dp, batch, dp_shard_cp,
+fsdp, dp_cp, loss) -> the dimension it merges, which a dense mesh may have instead of its
+members."""
 
 
 def read_meshes(
@@ -24,20 +40,17 @@ def read_meshes(
     """The plan of a dense mesh (and an expert one), and plan dimension -> group.
 
     The dense mesh has names among pp, dp_replicate, dp_shard, cp, tp in any order,
-    or a single data dimension "dp" (read as dp_shard); missing dimensions have size
-    1. The expert mesh has names among pp, dp_replicate, efsdp, ep, etp.
+    or one merged data dimension instead of its members (dp or batch, dp_shard_cp or fsdp,
+    dp_cp or loss: the meshes gangmesh hands out, built by hand), read as dp_shard (fully
+    sharded); missing dimensions have size 1. The expert mesh has names among pp,
+    dp_replicate, efsdp, ep, etp.
 
-    :raises ValueError: unknown or missing names, or meshes that do not number the
-        ranks row-major as the plan does.
+    :raises ValueError: unknown or missing names, a merged dimension beside one of its
+        members, or meshes that do not number the ranks row-major as the plan does.
     """
-    dense = _dims_of("mesh", mesh, (*DENSE_DIMS, _DATA))
-    if _DATA in dense:
-        if set(FLATTENED[_DATA]) & set(dense):
-            raise ValueError(
-                f"mesh: a dimension named {_DATA.value!r} cannot go with "
-                f"{' or '.join(reversed(FLATTENED[_DATA]))}, got {tuple(dense)}"
-            )
-        dense = {(_DATA_AS if name == _DATA else name): size for name, size in dense.items()}
+    dense = _dims_of("mesh", mesh, (*DENSE_DIMS, *_MERGED))
+    read_as = _read_as(dense)
+    dense = {read_as.get(name, name): size for name, size in dense.items()}
     expert = (
         {}
         if expert_mesh is None
@@ -49,10 +62,7 @@ def read_meshes(
     layout = Layout(**sizes, order=_order(list(dense)), expert=expert_mesh is not None)
     plan = MeshTopology.from_layout(mesh.size(), layout)
     _check_row_major("mesh", mesh, plan)
-    groups = {
-        (_DATA_AS if name == _DATA else name): mesh.get_group(name)
-        for name in mesh.mesh_dim_names or ()
-    }
+    groups = {read_as.get(name, name): mesh.get_group(name) for name in mesh.mesh_dim_names or ()}
     if expert_mesh is not None:
         _check_expert_mesh(expert_mesh, expert, plan)
         groups.update(
@@ -61,6 +71,22 @@ def read_meshes(
             if name in EXPERT_DIMS
         )
     return plan, groups
+
+
+def _read_as(dense: dict[str, int]) -> dict[str, str]:
+    """The merged data dimension of a mesh with dimensions ``dense`` -> dp_shard; ValueError
+    for two of them, or one beside one of its members."""
+    merged = [name for name in dense if name in _MERGED]
+    if not merged:
+        return {}
+    name, members = merged[0], FLATTENED[_MERGED[merged[0]]]
+    beside = [other for other in dense if other in members or other in merged[1:]]
+    if beside:
+        raise ValueError(
+            f"mesh: a dimension named {name!r} (merging {', '.join(members)}) cannot go with "
+            f"{' or '.join(beside)}, got {tuple(dense)}"
+        )
+    return {name: _SHARDS}
 
 
 def _order(present: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ root mesh.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
@@ -18,6 +19,7 @@ from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 from typing_extensions import override
 
+from gangmesh.assembly.mesh_origins import adopt, record
 from gangmesh.plan.dims import FACTS, FLATTENED, Dim
 from gangmesh.plan.topology import MeshTopology, View
 
@@ -36,29 +38,45 @@ MESH_NAMES: dict[str, tuple[bool, Dim | None]] = {
 }
 """Mesh name -> (laid out over the expert view?, the flattened dimension it merges)."""
 
-MESH_ALIASES: dict[str, Dim] = {
-    alias: merged
-    for _, merged in _MESHES
-    if merged is not None and (alias := FACTS[merged].torchtitan) is not None
+TORCHTITAN_EXPERT = "efsdp"
+"""torchtitan's name of the expert mesh: it asks its sparse mesh for ``efsdp`` and slices
+``["dp_replicate", "efsdp"]`` from it, the names of our expert mesh's dimensions."""
+
+MESH_ALIASES: dict[str, str] = {
+    **{
+        alias: merged
+        for _, merged in _MESHES
+        if merged is not None and (alias := FACTS[merged].torchtitan) is not None
+    },
+    TORCHTITAN_EXPERT: "expert",
 }
-"""torchtitan's names for the same meshes."""
+"""torchtitan's names for the same meshes: under them, a merged dimension has torchtitan's
+name too (``meshes["fsdp"]["dp_replicate", "fsdp"]``)."""
 
 
 class Meshes(Mapping[str, DeviceMesh]):
-    """Read-only mesh name -> DeviceMesh; also answers to the names of MESH_ALIASES.
+    """Read-only mesh name -> DeviceMesh; also answers to the names of MESH_ALIASES, with
+    torchtitan's names of their dimensions (a mesh over the same groups, made on first use).
 
     >>> Meshes({})["fsdp"]
     Traceback (most recent call last):
     ...
     KeyError: "mesh 'fsdp' (the name of 'dp_shard_cp') is not built here; built: none"
 
-    :param meshes: mesh name -> DeviceMesh, by the names of MESH_NAMES.
+    :param meshes: mesh name -> DeviceMesh, by the names of MESH_NAMES (and of MESH_ALIASES,
+        for meshes with torchtitan's names made already).
+    :param owner: what the meshes belong to (a Gangs), recorded for
+        ``mesh_origins.origin_of``.
     """
 
-    __slots__ = ("_meshes",)
+    __slots__ = ("_meshes", "_owner", "_renamed")
 
-    def __init__(self, meshes: Mapping[str, DeviceMesh]) -> None:
-        self._meshes = dict(meshes)
+    def __init__(self, meshes: Mapping[str, DeviceMesh], owner: object = None) -> None:
+        self._meshes = {name: mesh for name, mesh in meshes.items() if name in MESH_NAMES}
+        self._owner = None if owner is None else weakref.ref(owner)  # no cycle with a Gangs
+        self._renamed = {name: mesh for name, mesh in meshes.items() if name in MESH_ALIASES}
+        for mesh in meshes.values():
+            adopt(mesh, owner)
 
     @override
     def __getitem__(self, name: str) -> DeviceMesh:
@@ -71,7 +89,14 @@ class Meshes(Mapping[str, DeviceMesh]):
             if canonical in MESH_NAMES:
                 raise KeyError(f"mesh {name!r}{alias} is not built here; built: {built}")
             raise KeyError(f"mesh {name!r}: expected one of {known}")
-        return mesh
+        merged = MESH_NAMES[canonical][1]
+        if merged is None or name == canonical:
+            return mesh
+        renamed = self._renamed.get(name)
+        if renamed is None:
+            renamed = self._renamed[name] = _renamed(mesh, merged, name)
+            record(renamed, name, None if self._owner is None else self._owner())
+        return renamed
 
     @override
     def __iter__(self) -> Iterator[str]:
@@ -88,6 +113,17 @@ class Meshes(Mapping[str, DeviceMesh]):
             for name, mesh in self._meshes.items()
         )
         return f"Meshes({{{shown}}})"
+
+
+def _renamed(mesh: DeviceMesh, old: str, new: str) -> DeviceMesh:
+    """``mesh`` over the same groups, its dimension ``old`` named ``new``."""
+    names = tuple(mesh.mesh_dim_names or ())
+    return DeviceMesh.from_group(
+        [mesh.get_group(name) for name in names],
+        mesh.device_type,
+        mesh=mesh.mesh,
+        mesh_dim_names=tuple(new if name == old else name for name in names),
+    )
 
 
 def mesh_dims(view: View, flattened: Dim | None) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -135,4 +171,5 @@ def build_meshes(
             mesh=layout,
             mesh_dim_names=names,
         )
+        record(meshes[mesh_name], mesh_name)
     return meshes

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
+from gangmesh.assembly.listeners import listener, own_address
 from gangmesh.assembly.store_calls import BoundedStore, given_up, margin
 from gangmesh.runtime import _c10d, faults
 from gangmesh.runtime.environment import LaunchEnvironment
@@ -168,7 +169,7 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
     where = f"{env.master_addr}:{env.master_port}"
     if not serves:
         _wait_for_server(env, deadline)
-    listener = _ipv4_listener(env) if serves else None
+    listening = _listener(env) if serves else None
     try:
         return dist.TCPStore(  # type: ignore[attr-defined]
             env.master_addr,
@@ -178,7 +179,7 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
             timeout=timedelta(seconds=max(1.0, deadline - time.monotonic())),
             wait_for_workers=False,
             multi_tenant=True,
-            master_listen_fd=None if listener is None else listener.detach(),
+            master_listen_fd=None if listening is None else listening.detach(),
         )
     except (RuntimeError, ValueError, OSError) as ex:
         if serves:
@@ -187,27 +188,23 @@ def _connect(env: LaunchEnvironment, timeout: timedelta) -> Store:
         raise _unreachable(env, "did not answer within the timeout") from ex
 
 
-def _ipv4_listener(env: LaunchEnvironment) -> socket.socket | None:
-    """Where MASTER_ADDR is an IPv4 address: a socket listening on every IPv4 interface at
-    MASTER_PORT, for the store's server; None elsewhere (torch's own listens on IPv6 too).
-    torch's server looks up the name of each client's address as it connects: on its own
-    dual-stack socket a local client is ``::ffff:127.0.0.1``, which no hosts file names, and
-    a query the name server drops holds the server (every rank's setup with it) for the
-    resolver's retry time, 5 s with glibc; on an IPv4 socket it is ``127.0.0.1``."""
+def _listener(env: LaunchEnvironment) -> socket.socket | None:
+    """The socket of the store's server: listening at MASTER_ADDR and MASTER_PORT where
+    MASTER_ADDR is an address of this host (:func:`~gangmesh.assembly.listeners.own_address`);
+    where it is another IPv4 address (this host reached through a forwarding), on every IPv4
+    interface; None elsewhere (torch's own socket then listens on every interface). A socket
+    of MASTER_ADDR's family, not torch's dual-stack one: torch's server looks up the name of
+    each client's address as it connects; on a dual-stack socket a local client is
+    ``::ffff:127.0.0.1``, which no hosts file names, and a query the name server drops holds
+    the server (every rank's setup with it) for the resolver's retry time, 5 s with glibc."""
+    own = own_address(env.master_addr)
+    if own is not None:
+        return listener(own, env.master_port)
     try:
-        if ipaddress.ip_address(env.master_addr).version != 4:
-            return None
+        forwarded = ipaddress.ip_address(env.master_addr).version == 4
     except ValueError:  # a host name
         return None
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("0.0.0.0", env.master_port))
-        listener.listen(socket.SOMAXCONN)
-    except OSError:
-        listener.close()
-        return None  # torch's own socket reports what is wrong with the port
-    return listener
+    return listener("0.0.0.0", env.master_port) if forwarded else None
 
 
 def _wait_for_server(env: LaunchEnvironment, deadline: float) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
-import urllib.parse
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, final
 
@@ -16,13 +14,15 @@ from torch import nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from gangmesh.assembly.lighthouse_contact import Answer, ask_lighthouse, lighthouse_address
+from gangmesh.assembly.listeners import listener
 from gangmesh.assembly.replica_training import wire
 from gangmesh.plan._checks import check_count, check_positive, check_timeout
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime.gang import Gang, GangError
 from gangmesh.runtime.managed_gang import ManagedGang
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
-from gangmesh.runtime.replica_group import Identity, checked_group, torchft
+from gangmesh.runtime.replica_group import Identity, checked_group, torchft, torchft_reason
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -31,12 +31,9 @@ log = logging.getLogger("gangmesh")
 
 GROUP_VARIABLE = "GANGMESH_REPLICA_GROUP"
 """Environment variable with this launch's replica group number, where ``group`` is not given."""
-_REACH_BOUND = 5.0
-"""Seconds rank 0 tries to connect to a lighthouse that refuses (it may be starting)."""
-_RECONNECT = 0.1
-"""Seconds between two tries."""
-LIGHTHOUSE_VARIABLE = "TORCHFT_LIGHTHOUSE"
-"""torchft's environment variable with the lighthouse's address."""
+_ASK_BOUND = 5.0
+"""Seconds rank 0 gives the lighthouse to answer (connections refused are tried again: it may
+be starting)."""
 
 
 @final
@@ -107,7 +104,10 @@ class Replicas:
         try:
             self.manager.start_quorum()
         except Exception as ex:  # torchft's quorum fails with RuntimeError and others
-            raise GangError(f"replica group {self.group}: no quorum: {ex}") from ex
+            raise GangError(
+                f"replica group {self.group}: no quorum from the lighthouse at "
+                f"{self.lighthouse}: {torchft_reason(ex)}"
+            ) from ex
         if self._identity.refusal is not None:
             raise self._identity.refusal
 
@@ -121,7 +121,10 @@ class Replicas:
         try:
             return bool(self.manager.should_commit())
         except Exception as ex:
-            raise GangError(f"replica group {self.group}: commit: {ex}") from ex
+            raise GangError(
+                f"replica group {self.group} (lighthouse {self.lighthouse}): no agreement to "
+                f"commit: {torchft_reason(ex)}"
+            ) from ex
 
     def adopt(self, plan: MeshTopology) -> None:
         """Take ``plan`` as this group's in-group layout, which every group must share."""
@@ -150,8 +153,10 @@ def join_replicas(
     """Join this launch, one replica group, to the others through torchft's lighthouse.
 
     Every process of the launch calls it after :func:`~gangmesh.setup_root_gang`. Rank 0
-    starts torchft's Manager server with a store of its own (so a restarted launch never
-    reads the keys of an earlier one); the others connect to it.
+    asks the lighthouse for its status (within 5 s, or ``quorum_timeout`` where shorter),
+    then starts torchft's Manager server with a store of its own (so a restarted launch never
+    reads the keys of an earlier one), listening on the interface it asked the lighthouse
+    from; the others connect to it.
 
     :param root_gang: this launch's root gang.
     :param lighthouse: the lighthouse's address (``host:port`` or ``http://host:port``);
@@ -168,8 +173,10 @@ def join_replicas(
         a failed collective up to ``timeout`` apart) and of a heal's transfer; default: the
         root gang's timeout.
     :raises ImportError: torchft is not installed (``pip install 'gangmesh[ft]'``).
-    :raises ValueError: no lighthouse or group given, or bad values.
-    :raises GangError: the lighthouse did not answer within ``quorum_timeout``.
+    :raises ValueError: no lighthouse or group given, or bad values (a timeout that is no
+        timedelta is a TypeError too).
+    :raises GangError: the lighthouse cannot be reached or does not answer as one within 5 s,
+        or torchft's Manager cannot start (each naming the lighthouse's address and the group).
     """
     ft = torchft()
     if not isinstance(root_gang, ProcessGroupGang):
@@ -178,7 +185,7 @@ def join_replicas(
     number = _group_number(group)
     min_replicas = check_positive("min_replicas", min_replicas)
     timeout = check_timeout(timeout) or root_gang.timeout
-    quorum_timeout = check_timeout(quorum_timeout) or root_gang.timeout
+    quorum_timeout = check_timeout(quorum_timeout, "quorum_timeout") or root_gang.timeout
     if root_gang.device.type != "cuda":  # NCCL's flight recorder: nothing to reset without it
         logging.getLogger("torchft.manager").addFilter(_no_flight_recorder)
     identity = Identity(number)
@@ -189,33 +196,36 @@ def join_replicas(
                   rank=root_gang.rank, world_size=root_gang.size, lighthouse_addr=address,
                   replica_id=f"replica_group_{number}")  # fmt: skip
     store, manager = None, None
-    answer: list[Any] = ["", "", None, None]  # unreachable, torchft's failure, host, port
+    answer: list[Any] = ["", "", None, None]  # the lighthouse's trouble, torchft's, host, port
     if root_gang.rank == 0:
-        answer[0] = _check_reachable(address, min(_REACH_BOUND, quorum_timeout.total_seconds()))
-    if root_gang.rank == 0 and not answer[0]:
-        store = dist.TCPStore(  # type: ignore[attr-defined]
-            "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=timeout
-        )
-        answer[2:] = [socket.gethostname(), store.port]
-        try:
-            manager = ft.Manager(store_addr=answer[2], store_port=answer[3], **common)
-        except RuntimeError as ex:  # torchft's Manager server cannot reach the lighthouse
-            answer[1] = str(ex).split(";", 1)[0]  # torchft's reason, without its advice
+        asked = ask_lighthouse(address, min(_ASK_BOUND, quorum_timeout.total_seconds()))
+        answer[0] = _trouble(asked, address, number)
+        if not asked.trouble:
+            store, answer[2], answer[3] = _manager_store(asked.via, timeout)
+            try:
+                manager = ft.Manager(store_addr=answer[2], store_port=answer[3], **common)
+            except RuntimeError as ex:  # torchft's Manager server cannot reach the lighthouse
+                answer[1] = torchft_reason(ex)
     root_gang.broadcast_objects(answer)
-    unreachable, failure, host, port = answer
-    if unreachable:
-        raise GangError(
-            f"join_replicas: the lighthouse at {address} cannot be reached: {unreachable}; "
-            f"start one with torchft_lighthouse or gangmesh.start_lighthouse"
-        )
+    trouble, failure, host, port = answer
+    if trouble:
+        raise GangError(trouble)
     if failure:
         seconds = f"{quorum_timeout.total_seconds():g}"
         raise GangError(
-            f"join_replicas: the lighthouse at {address} did not answer within {seconds} s; "
-            f"start one with torchft_lighthouse or gangmesh.start_lighthouse (torchft: {failure})"
+            f"join_replicas: replica group {number}: the lighthouse at {address} did not answer "
+            f"torchft within {seconds} s; start one with torchft_lighthouse or "
+            f"gangmesh.start_lighthouse (torchft: {failure})"
         )
     if manager is None:
-        manager = ft.Manager(store_addr=host, store_port=port, **common)
+        try:
+            manager = ft.Manager(store_addr=host, store_port=port, **common)
+        except (RuntimeError, OSError) as ex:  # rank 0's store or Manager server is gone
+            raise GangError(
+                f"join_replicas: replica group {number} (lighthouse {address}): rank "
+                f"{root_gang.rank} could not reach torchft's Manager of rank 0 at {host}:{port}: "
+                f"{torchft_reason(ex)}"
+            ) from ex
     # Something to copy where a group heals before its model is wrapped (torchft has each
     # group but the first copy the others at step 0).
     manager.register_state_dict_fn("gangmesh", lambda state: None, lambda: {"group": number})
@@ -230,54 +240,43 @@ def _no_flight_recorder(record: logging.LogRecord) -> bool:
     return "flight recorder" not in record.getMessage()
 
 
-def lighthouse_address(given: str | None) -> str:
-    """``given`` or torchft's variable, as ``http://host:port``.
-
-    :raises ValueError: neither is given, or the address is not ``host:port`` or
-        ``http(s)://host:port``.
-    """
-    name = "lighthouse" if given is not None else LIGHTHOUSE_VARIABLE
-    address = given if given is not None else os.environ.get(LIGHTHOUSE_VARIABLE)
-    if not isinstance(address, str) or not address.strip():
-        raise ValueError(
-            f"lighthouse: expected the lighthouse's address (host:port) or {LIGHTHOUSE_VARIABLE} "
-            f"set, got {address!r}"
+def _trouble(asked: Answer, address: str, number: int) -> str:
+    """The error of replica group ``number`` whose lighthouse at ``address`` answered as
+    ``asked`` says ("" where it answered as a lighthouse)."""
+    if not asked.trouble:
+        return ""
+    start = "start one with torchft_lighthouse or gangmesh.start_lighthouse"
+    if not asked.via:
+        return (
+            f"join_replicas: replica group {number}: the lighthouse at {address} cannot be "
+            f"reached: {asked.trouble}; {start}"
         )
-    address = address.strip()
-    full = address if "://" in address else f"http://{address}"
-    parts = urllib.parse.urlsplit(full)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    extra = parts.path.strip("/") or parts.query or any(c.isspace() for c in address)
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port or extra:
-        raise ValueError(
-            f"{name}: expected the lighthouse's address as host:port or http://host:port "
-            f"(such as 127.0.0.1:29510), got {address!r}"
+    return (
+        f"join_replicas: replica group {number}: the lighthouse at {address} does not answer "
+        f"as one: {asked.trouble}; {start} there"
+    )
+
+
+def _manager_store(via: str, timeout: timedelta) -> tuple[Store, str, int]:
+    """The store of torchft's Manager, which rank 0 serves, and the host and port it is
+    reached at.
+
+    It listens at ``via``, the address this host asked the lighthouse from, where the other
+    replica groups (whose process groups across the groups meet in it) reach this host too;
+    for an IPv6 address, which torchft cannot write beside a port, on every interface, at
+    this host's name."""
+    listening = None if ":" in via else listener(via, 0)
+    if listening is None:
+        every = dist.TCPStore(  # type: ignore[attr-defined]
+            "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=timeout
         )
-    return full
-
-
-def _check_reachable(address: str, bound: float) -> str:
-    """Why the lighthouse at ``address`` cannot be reached ("" where it takes a connection):
-    its host has no address, or nothing listens on its port for ``bound`` seconds (a
-    lighthouse that is starting)."""
-    parts = urllib.parse.urlsplit(address)
-    host, port = parts.hostname or "", parts.port or 0
-    try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as ex:
-        return f"its host {host!r} has no address ({ex.strerror or ex})"
-    deadline = time.monotonic() + bound
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=max(0.1, bound)):
-                return ""
-        except OSError as ex:
-            if time.monotonic() >= deadline:
-                return f"nothing answers at {host}:{port} ({ex.strerror or ex})"
-        time.sleep(_RECONNECT)  # a lighthouse that is starting binds its port soon
+        return every, socket.gethostname(), every.port
+    port = listening.getsockname()[1]
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        via, port, is_master=True, wait_for_workers=False, timeout=timeout,
+        master_listen_fd=listening.detach(),
+    )  # fmt: skip
+    return store, via, port
 
 
 def _group_number(given: int | None) -> int:

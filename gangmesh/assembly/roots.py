@@ -7,7 +7,8 @@ import weakref
 import torch.distributed as dist
 
 from gangmesh.plan._checks import InvalidTypeError
-from gangmesh.runtime.gang import Gang
+from gangmesh.runtime.gang import Gang, GangError
+from gangmesh.runtime.held import is_held, not_held
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 _part_roots: weakref.WeakSet[Gang] = weakref.WeakSet()
@@ -27,12 +28,22 @@ def check_root(root_gang: Gang, *, parts: bool) -> None:
     members reach every gang they build.
 
     :raises TypeError: ``root_gang`` is not a Gang.
-    :raises ValueError: ``root_gang`` is another gang.
+    :raises ValueError: ``root_gang`` is another gang, a closed one, or one of another world.
     """
     if not isinstance(root_gang, Gang):
         raise InvalidTypeError(f"root_gang: expected a Gang, got {type(root_gang).__name__}")
     if not root_gang.supports_process_group or (parts and root_gang in _part_roots):
         return
+    if isinstance(root_gang, ProcessGroupGang):
+        try:
+            group = root_gang.as_process_group()
+        except GangError:
+            raise ValueError(
+                f"root_gang: {root_gang.describe()} is closed (the gangs or the job it belongs to "
+                "ended); expected the gang of this job's default process group"
+            ) from None
+        if not is_held(group):
+            raise not_held("root_gang", root_gang.describe())
     if not isinstance(root_gang, ProcessGroupGang) or (
         root_gang.as_process_group() is not dist.group.WORLD
     ):

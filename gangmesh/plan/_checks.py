@@ -109,8 +109,33 @@ def check_rank_order(name: str, ranks: object, world_size: int) -> np.ndarray:
     return order
 
 
-def check_timeout(timeout: object) -> timedelta | None:
-    """Return ``timeout`` if it is None or a positive timedelta; ValueError otherwise."""
-    if timeout is not None and not (isinstance(timeout, timedelta) and timeout > timedelta(0)):
-        raise ValueError(f"timeout: expected a positive datetime.timedelta, got {timeout!r}")
-    return timeout
+def check_timeout(timeout: object, name: str = "timeout") -> timedelta | None:
+    """Return ``timeout`` if it is None or a positive timedelta.
+
+    :raises InvalidTypeError: ``timeout`` is not a timedelta (a number of seconds, say).
+    :raises ValueError: ``timeout`` is zero or negative.
+    """
+    return None if timeout is None else check_duration(name, timeout)
+
+
+def check_duration(name: str, value: object) -> timedelta:
+    """Return ``value`` if it is a positive timedelta, naming ``name`` otherwise.
+
+    >>> check_duration("timeout", timedelta(seconds=-5))
+    Traceback (most recent call last):
+    ...
+    ValueError: timeout: expected a positive datetime.timedelta, got -5 s
+
+    :raises InvalidTypeError: ``value`` is not a timedelta (a number of seconds, say).
+    :raises ValueError: ``value`` is zero or negative.
+    """
+    if not isinstance(value, timedelta):
+        raise InvalidTypeError(
+            f"{name}: expected a datetime.timedelta such as timedelta(seconds=60), got "
+            f"{value!r} ({type(value).__name__})"
+        )
+    if value <= timedelta(0):
+        raise ValueError(
+            f"{name}: expected a positive datetime.timedelta, got {value.total_seconds():g} s"
+        )
+    return value

@@ -87,12 +87,18 @@ class DimFacts:
     fairseq2: str | None = None
     """fairseq2's name of the gang (the Gangs field), where it differs."""
     torchtitan: str | None = None
-    """torchtitan's name of the mesh that merges a flattened dimension, where it has one."""
+    """torchtitan's name of the mesh that merges a flattened dimension, where it has one, and
+    of that dimension in it."""
     megatron: str | None = None
     """How Megatron-Core's order strings name it (dense dimensions only)."""
     listed: tuple[Dim, ...] | None = None
     """Whether the table and JSON of a plan list it: None never; else when each of these
     dimensions has a size above 1 (empty: always)."""
+
+    @property
+    def short(self) -> str:
+        """What it is in a few words: its description up to a colon or a parenthesis."""
+        return self.description.split(" (", 1)[0].split(": ", 1)[0]
 
     @property
     def expert(self) -> bool:

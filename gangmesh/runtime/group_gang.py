@@ -18,11 +18,12 @@ from torch import Tensor
 from torch.distributed import ProcessGroup
 from typing_extensions import override
 
-from gangmesh.plan._checks import InvalidTypeError
+from gangmesh.plan._checks import InvalidTypeError, check_timeout
 from gangmesh.runtime import _backend, _c10d
 from gangmesh.runtime._validate import Splits, normalized_device
 from gangmesh.runtime.faults import Call, gang_error
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
+from gangmesh.runtime.held import held_ranks
 from gangmesh.runtime.rank_order import RankOrder
 
 _broadcast_object_list = _c10d.undecorated(dist.broadcast_object_list)
@@ -36,7 +37,10 @@ class GroupGang(PlacedGang):
     :param device: where the tensors passed to the collectives live.
     :param name: the gang's label in messages.
     :param timeout: the group's timeout, where the backend does not tell it.
-    :raises TypeError: ``pg`` is not a ProcessGroup or ``device`` not a torch.device.
+    :raises TypeError: ``pg`` is not a ProcessGroup, ``device`` not a torch.device or
+        ``timeout`` not a timedelta.
+    :raises ValueError: ``timeout`` is not positive, or ``pg`` is not a group of this job (of
+        another world, or destroyed).
     """
 
     def __init__(
@@ -44,12 +48,13 @@ class GroupGang(PlacedGang):
     ) -> None:
         if not isinstance(pg, ProcessGroup):
             raise InvalidTypeError(f"pg: expected a torch ProcessGroup, got {pg!r}")
+        self._global_ranks = held_ranks("pg", pg)
+        timeout = check_timeout(timeout)
         self._device = normalized_device(device)
         self._pg: ProcessGroup | None = pg
         self._name = name
         self._rank = dist.get_rank(pg)
         self._size = dist.get_world_size(pg)
-        self._global_ranks = dist.get_process_group_ranks(pg)
         self._order: RankOrder | None = None
         self._backend = dist.get_backend(pg)
         self._timeout = _c10d.group_timeout(pg, self._device) or timeout or DEFAULT_TIMEOUT

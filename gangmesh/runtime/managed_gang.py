@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from gangmesh.runtime.gang import GangError, ReduceOperation
 from gangmesh.runtime.refusing_gang import RefusingGang
+from gangmesh.runtime.replica_group import torchft_reason
 
 _REDUCTIONS = {ReduceOperation.SUM: dist.ReduceOp.SUM, ReduceOperation.MEAN: dist.ReduceOp.AVG}
 
@@ -78,7 +79,10 @@ class ManagedGang(RefusingGang):
         manager = self._manager
         if manager.errored():
             return
-        manager.wait_quorum()
+        try:
+            manager.wait_quorum()
+        except Exception as ex:  # the step's quorum failed: torchft raises it again here
+            raise GangError(f"broadcast: no quorum for this step: {torchft_reason(ex)}") from ex
         options = dist.BroadcastOptions()
         options.rootRank = source_rank
         try:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroup
 from typing_extensions import override
 
-from gangmesh.plan._checks import check_positive
+from gangmesh.plan._checks import check_positive, check_timeout
 from gangmesh.plan.dims import ROOT
 from gangmesh.runtime import _c10d, default_group, faults
 from gangmesh.runtime._exit import release_at_exit
@@ -52,7 +52,10 @@ class ProcessGroupGang(GroupGang):
     :param timeout: the group's timeout, where the backend does not tell it.
     :param monitored: whether barriers name the ranks that did not arrive.
     :param high_priority: whether groups made from this gang use high-priority streams.
-    :raises TypeError: ``pg`` is not a ProcessGroup or ``device`` not a torch.device.
+    :raises TypeError: ``pg`` is not a ProcessGroup, ``device`` not a torch.device or
+        ``timeout`` not a timedelta.
+    :raises ValueError: ``timeout`` is not positive, or ``pg`` is not a group of this job (of
+        another world, or destroyed).
     """
 
     def __init__(
@@ -110,12 +113,13 @@ class ProcessGroupGang(GroupGang):
         :param world_size: the number of processes; -1 reads WORLD_SIZE.
         :param store: a store to meet through instead of ``init_method``.
         :param backend: the torch.distributed backend, instead of the device's.
-        :raises ValueError: another device type.
+        :raises ValueError: another device type, or a timeout that is not positive (TypeError
+            too where it is no timedelta).
         :raises RuntimeError: torch.distributed is already initialised.
         :raises GangError: initialisation fails.
         """
         device = normalized_device(device)
-        timeout = timeout or DEFAULT_TIMEOUT
+        timeout = check_timeout(timeout) or DEFAULT_TIMEOUT
         world = default_group.start(
             device,
             backend=backend,

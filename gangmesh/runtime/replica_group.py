@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,6 +18,8 @@ from typing import Any
 import torch
 
 INSTALL_HINT = "pip install 'gangmesh[ft]'"
+_GRPC_STATUS = re.compile(r'status: (?P<code>\w+), message: "(?P<message>(?:[^"\\]|\\.)*)"')
+"""A gRPC status as torchft's errors write it, its metadata after it."""
 
 
 _TORCHFT_LOGGERS = ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors")
@@ -43,6 +46,23 @@ def torchft() -> ModuleType:
         raise ImportError(
             f"replica groups need torchft, which is not installed: {INSTALL_HINT}"
         ) from ex
+
+
+def torchft_reason(error: BaseException) -> str:
+    """torchft's error as one line: a gRPC status as its message and code, without the
+    metadata; other errors up to torchft's advice (after the first ";").
+
+    >>> torchft_reason(TimeoutError(
+    ...     'status: Cancelled, message: "Timeout expired", details: [], metadata: MetadataMap '
+    ...     '{ headers: {} }'))
+    'Timeout expired (gRPC status Cancelled)'
+    """
+    text = str(error) or type(error).__name__
+    status = _GRPC_STATUS.search(text)
+    if status is not None:
+        message = status["message"].replace('\\"', '"')
+        return f"{message} (gRPC status {status['code']})"
+    return " ".join(text.split(";", 1)[0].split())
 
 
 @dataclass

@@ -51,14 +51,8 @@ def check_locally(
     args: argparse.Namespace, layout: Layout, argv: list[str], main: Callable[[list[str]], int]
 ) -> int:
     """Start ``--nproc`` local ranks of this same command, ``main(argv)`` in each (``main``:
-    the ``gangmesh`` command's entry point); 0 only if all of them pass."""
-    if args.nproc < 1:
-        raise ValueError(f"--nproc: expected an int >= 1, got {args.nproc}")
-    if not args.part:  # the parts were checked against the world already
-        MeshTopology.from_layout(args.nproc, layout)
-    if args.ranks_per_node is not None:
-        check_ranks_per_node(args.nproc, args.ranks_per_node)
-    parse_sizes(args.sizes)
+    the ``gangmesh`` command's entry point), their arguments checked; 0 only if all of them
+    pass."""
     device = local_device(args.device, args.nproc)
     noun = "process" if args.nproc == 1 else "processes"
     where = "gloo on 127.0.0.1" if device == "cpu" else "NCCL, one GPU each"

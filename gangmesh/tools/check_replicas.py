@@ -17,8 +17,6 @@ import torch
 
 from gangmesh.assembly.gangs import Gangs
 from gangmesh.assembly.replicas import Replicas
-from gangmesh.plan.layout import Layout
-from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime.gang import ReduceOperation
 from gangmesh.tools.lighthouse import start_lighthouse
 
@@ -26,10 +24,10 @@ _GRACE_S = 60.0
 """What a group's launch may take beyond its collective timeout: starting, the checks."""
 
 
-def check_replica_groups_locally(args: argparse.Namespace, layout: Layout, argv: list[str]) -> int:
+def check_replica_groups_locally(args: argparse.Namespace, argv: list[str]) -> int:
     """Start a lighthouse and ``--replica-groups`` local launches of ``--nproc`` processes of
-    this same check, each one replica group; print each group's report; 0 if all pass."""
-    MeshTopology.from_layout(args.nproc, layout)
+    this same check (its arguments checked), each one replica group; print each group's
+    report; 0 if all pass."""
     groups = args.replica_groups
     noun = "group" if groups == 1 else "groups"
     print(f"gangmesh check: starting {groups} replica {noun} of {args.nproc} local processes "

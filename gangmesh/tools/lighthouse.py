@@ -16,7 +16,7 @@ from types import TracebackType
 
 from typing_extensions import override
 
-from gangmesh.plan._checks import check_positive
+from gangmesh.plan._checks import check_duration, check_positive
 from gangmesh.runtime.gang import GangError
 from gangmesh.runtime.replica_group import INSTALL_HINT, torchft
 
@@ -83,14 +83,15 @@ def start_lighthouse(
         asked to join.
     :param timeout: how long to wait for it to listen.
     :raises ImportError: torchft is not installed.
+    :raises ValueError: a size below 1, or a timeout that is not a positive timedelta
+        (TypeError too where it is no timedelta).
     :raises GangError: it did not start listening within ``timeout``.
     """
     torchft()
     min_replicas = check_positive("min_replicas", min_replicas)
-    for name, value in (("heartbeat_timeout", heartbeat_timeout), ("join_timeout", join_timeout),
-                        ("timeout", timeout)):  # fmt: skip
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise ValueError(f"{name}: expected a positive datetime.timedelta, got {value!r}")
+    heartbeat_timeout = check_duration("heartbeat_timeout", heartbeat_timeout)
+    join_timeout = check_duration("join_timeout", join_timeout)
+    timeout = check_duration("timeout", timeout)
     port = port or _free_port(host)
     command = lighthouse_command(min_replicas, f"{host}:{port}", heartbeat_timeout, join_timeout)
     log_path = Path(tempfile.mkstemp(prefix="gangmesh-lighthouse-", suffix=".log")[1])

@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 import numpy as np
 from typing_extensions import Unpack
 
-from gangmesh.plan.dims import FACTS, LOCALITY_PRIORITY, Dim
+from gangmesh.plan.dims import FACTS, GANG_DIMS, LOCALITY_PRIORITY, Dim
 from gangmesh.plan.locality import LocalityFinding, checked_dims, unchecked_dims
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.plan.view import short_group
@@ -277,6 +277,21 @@ def same_groups(plan: MeshTopology, dims: Sequence[str]) -> dict[str, str]:
                 twins[dim] = earlier
                 break
     return twins
+
+
+def shared_header(names: Sequence[str]) -> str:
+    """The names of dimensions with the same groups and what each is, in the order of the
+    gangs of Gangs (flattened ones of no gang last).
+
+    >>> shared_header(["tp", "ep"])
+    'tp = ep: tensor parallel; expert parallel'
+    """
+    ordered = sorted(names, key=lambda name: _GANG_ORDER.get(name, len(_GANG_ORDER)))
+    meanings = "; ".join(FACTS[Dim(name)].short for name in ordered)
+    return f"{' = '.join(ordered)}: {meanings}"
+
+
+_GANG_ORDER: dict[str, int] = {name: index for index, name in enumerate(GANG_DIMS)}
 
 
 def _same_groups_text(plan: MeshTopology) -> list[str]:

@@ -18,7 +18,7 @@ from html import escape
 
 import numpy as np
 
-from gangmesh.plan.dims import DENSE_DIMS, EXPERT_DIMS, FACTS, Dim
+from gangmesh.plan.dims import DENSE_DIMS, FACTS, Dim
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.tools.render import (
@@ -26,11 +26,15 @@ from gangmesh.tools.render import (
     footer_lines,
     replica_title,
     same_groups,
+    shared_header,
+    shown_dims,
     shown_sizes,
 )
+from gangmesh.tools.svg_legend import legend_lines
 from gangmesh.tools.svg_overview import OVERVIEW_WIDTH, overview
 from gangmesh.tools.svg_shapes import (
     CELL_H,
+    MARKS,
     Grid,
     colour_of,
     dashed,
@@ -47,9 +51,10 @@ SVG_FULL_RANKS = 256
 SVG_WINDOW_RANKS = 64
 """About how many ranks (whole nodes where they fit) the window of a large world shows."""
 
-_MARKS = {True: ("#dc2626", "to fix"), False: ("#d97706", "unavoidable")}
 _LISTED = 1 << 16  # groups up to this size are listed whole to find the nodes they touch
 _MARGIN, _PANEL_GAP, _MAX_WIDTH = 16, 24, 680
+_MIN_HEADER = 320
+"""The width a panel's header wraps at where the panel is narrower."""
 
 
 def plan_svg(
@@ -99,16 +104,17 @@ def plan_drawing(
     if per_node and findings is None:
         findings = plan.check_locality(per_node)
     by_dim = {f.dim: f for f in findings or ()}
-    expert = EXPERT_DIMS if plan.uses_experts else ()  # a dense job builds none of them
-    dims = [d for d in (*plan.order, *expert) if plan.size_of(d) > 1]
+    shown = [d for d in shown_dims(plan) if plan.size_of(d) > 1]
+    meshed = [d for d in shown if not FACTS[d].members]  # each may have a panel
+    dims = [*meshed, *(d for d in shown if FACTS[d].members)]
     twins = same_groups(plan, dims)  # drawn once, in the panel of the dimension they follow
-    drawn = [d for d in dims if d not in twins]
+    drawn = [d for d in meshed if d not in twins]
     also = {d: [twin for twin, first in twins.items() if first == d] for d in drawn}
     panels = [_Panel.draw(plan, d, grid, by_dim.get(d), rank, offset, also[d]) for d in drawn]
 
     heading = _heading(plan, per_node, offset, title)
-    legend = _legend(plan, grid, panels, rank)
-    footer = footer_lines(plan, per_node, list(findings or ()), dims)
+    legend = legend_lines(plan, grid, [panel.marks for panel in panels], rank)
+    footer = footer_lines(plan, per_node, list(findings or ()), meshed)
     large = plan.world_size > SVG_FULL_RANKS
     structure = overview(plan, per_node, drawn, offset) if large else None
     return _page(heading, _sizes_text(plan), legend, panels, footer, structure)
@@ -239,13 +245,14 @@ class _Panel:
         if len(grid.ranks) < plan.world_size:
             totals += f"; {len(drawn)} of them have ranks drawn here"
         if twins:
-            header = f"{' = '.join((dim, *twins))}: {FACTS[Dim(dim)].description}"
+            header = shared_header((dim, *twins))
             totals += "; the same groups for each name (one communicator each)"
+        lines = wrap_text(header, max(grid.width, _MIN_HEADER), 12)
         parts = [
-            text_at(0, 14, header, 12, font_weight="bold"),
-            text_at(0, 30, totals, 11, fill="#444"),
+            text_at(0, 14 + 16 * i, line, 12, font_weight="bold") for i, line in enumerate(lines)
         ]
-        top = 40
+        parts.append(text_at(0, 30 + 16 * (len(lines) - 1), totals, 11, fill="#444"))
+        top = 40 + 16 * (len(lines) - 1)
         parts += [text_at(0, top + y + 22, text, 11, fill="#333") for y, text in grid.labels]
         positions = plan.view_of(dim).coordinates(local)[dim]
         scene = _Scene(
@@ -268,14 +275,15 @@ class _Panel:
                 marks.add(finding.avoidable)
             mark = finding if crossing else None
             parts.append(_group(scene, group, shown, members, nodes, mark))
-        width = max(grid.width, text_width(header, 12, bold=True), text_width(totals, 11))
+        widest = max(text_width(line, 12, bold=True) for line in lines)
+        width = max(grid.width, widest, text_width(totals, 11))
         return _Panel(dim, parts, width, top + grid.height + 8, finding, marks)
 
     def wrap(self, width: float) -> None:
         """Add the finding's text under the grid, wrapped to ``width``."""
         if self.finding is None:
             return
-        colour = _MARKS[self.finding.avoidable][0]
+        colour = MARKS[self.finding.avoidable][0]
         text = f"{finding_label(self.finding)}: {self.finding}"
         for line in wrap_text(text, width, 11):
             self.parts.append(text_at(0, self.height + 10, line, 11, fill=colour))
@@ -326,7 +334,7 @@ def _group(
     out = [f"<g {attrs}><title>{escape(title)}</title>"]
     w, fill = grid.cell_w, colour_of(group)
     stroke = ' stroke="#111111" stroke-width="3"' if mine else ' stroke="#ffffff"'
-    dash = "" if finding is None else _MARKS[finding.avoidable][0]
+    dash = "" if finding is None else MARKS[finding.avoidable][0]
     role = FACTS[Dim(dim)].member
     for r in shown:
         x, y = grid.spots[r]
@@ -351,43 +359,6 @@ def _group(
             )
     out.append("</g>")
     return "".join(out)
-
-
-def _legend(
-    plan: MeshTopology, grid: Grid, panels: Sequence[_Panel], rank: int | None
-) -> list[tuple[str, str]]:
-    """(swatch, text) lines that explain exactly what the panels draw."""
-    cell = rect(0, 0, 16, 16, 3, f'fill="{colour_of(2)}"')
-    text = "a cell is a rank, its number on top; its colour and label gN name its group along "
-    lines = [(cell, text + "the panel's dimension")]
-    if grid.per_node:
-        wraps = " (wrapped)" if grid.per_node > grid.cols else ""
-        lines.append(("", f"rows: one node of {grid.per_node} ranks each{wraps}"))
-    else:
-        lines.append(("", f"rows: {grid.cols} consecutive ranks; --ranks-per-node draws nodes"))
-    used = {mark for panel in panels for mark in panel.marks}
-    for avoidable in (True, False):
-        if avoidable in used:
-            colour, label = _MARKS[avoidable]
-            swatch = rect(1, 1, 14, 14, 3, dashed(colour))
-            lines.append((swatch, f"a group that crosses nodes ({label}; see under the panel)"))
-    if rank is not None:
-        swatch = rect(1, 1, 14, 14, 3, 'fill="#ffffff" stroke="#111111" stroke-width="3"')
-        swatch += '<circle cx="6" cy="6" r="2.5"/>'
-        lines.append((swatch, f"the groups of rank {rank}; a dot marks rank {rank} itself"))
-    single = [d for d, s in plan.sizes().items() if s == 1]
-    if single:
-        lines.append(("", f"size 1, no panel: {', '.join(single)}"))
-    lo, hi = int(grid.ranks[0]), int(grid.ranks[-1])
-    if hi - lo + 1 < plan.world_size:
-        lines.append(
-            (
-                "",
-                f"ranks {lo}-{hi} of {plan.world_size} drawn; the pattern repeats, and each "
-                "header counts all groups",
-            )
-        )
-    return lines
 
 
 def _window(world_size: int, per_node: int | None, rank: int | None) -> tuple[int, int]:

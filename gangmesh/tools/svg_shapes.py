@@ -12,6 +12,10 @@ import numpy as np
 CELL_H, GAP, NODE_GAP = 36, 4, 8
 """Height of a rank's cell, the gap between cells, and the extra gap between nodes."""
 
+MARKS = {True: ("#dc2626", "to fix"), False: ("#d97706", "unavoidable")}
+"""The colour and label of a group's crossing of nodes: one to fix (True), one that cannot be
+avoided (False)."""
+
 
 def text_width(text: str, size: float, bold: bool = False) -> float:
     """A generous estimate of the drawn width of ``text`` in a sans-serif font."""

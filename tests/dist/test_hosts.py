@@ -15,6 +15,7 @@ import torch
 import gangmesh as gm
 from gangmesh.assembly.record import layout_record
 from gangmesh.testing.hosts import cut_host, restore_host, this_host
+from tests.dist.workers.common import listening_at
 from tests.shown import assert_line_shown
 from tests.unit.test_docs_examples_testing import EXAMPLES
 
@@ -55,6 +56,8 @@ def test_setup_from_torchrun_variables_meets_at_host0():
     root = gm.setup_root_gang(timeout=timedelta(seconds=60))
     try:
         assert root.rank == int(os.environ["RANK"]) and root.size == 4
+        if root.rank == 0:  # the job's store listens at MASTER_ADDR, not on every interface
+            assert listening_at(int(os.environ["MASTER_PORT"])) == ["10.213.0.1"]
         total = torch.tensor(1.0)
         root.all_reduce(total, gm.ReduceOperation.SUM)
         assert total.item() == 4.0
@@ -90,6 +93,8 @@ def test_setup_from_slurm_variables_finds_host0_by_name(monkeypatch):
     root = gm.setup_root_gang(timeout=timedelta(seconds=60))
     try:
         assert (root.rank, root.size) == (rank, 4)
+        if rank == 0:  # host0's own address, which its name resolves to
+            assert listening_at(int(port)) == ["10.213.0.1"]
         total = torch.tensor(float(rank))
         root.all_reduce(total, gm.ReduceOperation.SUM)
         assert total.item() == 6.0

@@ -47,3 +47,16 @@ def test_refined_gangs_share_groups_and_outlive_the_first(results):
     assert all(results[me]["hsdp_tp_grads_match"] for me in range(WORLD))
     sums = {results[me]["fsdp_grad_sum"] for me in range(WORLD)}
     assert len(sums) == 1, "every process holds the same full gradient"
+
+
+def test_a_mesh_handed_back_takes_the_gangs_plan_and_is_refused_once_they_are_closed(results):
+    for me in range(WORLD):
+        got = results[me]
+        assert got["handed_back"] == [True, True]
+        assert got["closed_mesh"].startswith(
+            "mesh: the 'dp_shard_cp' mesh {'pp': 1, 'dp_replicate': 1, 'dp_shard_cp': 2, "
+            "'tp': 2} of closed gangs (MeshTopology(4, "
+        ), got["closed_mesh"]
+        assert "is not this job's (this job is 4 processes on gloo)" in got["closed_mesh"]
+        assert got["closed_group"].startswith("pg: process group "), got["closed_group"]
+        assert "of 2 processes is not this job's" in got["closed_group"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from datetime import timedelta
 
@@ -78,10 +79,41 @@ def test_an_unreachable_lighthouse_is_named_within_the_timeout(tmp_path):
     (result,) = outcomes(tmp_path, "unreachable", str(closed), 1, 1).values()
     assert result["kind"] == "GangError"
     assert result["error"].startswith(
-        f"join_replicas: the lighthouse at http://127.0.0.1:{closed} cannot be reached: nothing "
-        f"answers at 127.0.0.1:{closed} (Connection refused)"
+        f"join_replicas: replica group 0: the lighthouse at http://127.0.0.1:{closed} cannot be "
+        f"reached: nothing answers at 127.0.0.1:{closed} (Connection refused)"
     ), result["error"]
     assert result["waited"] < 3 + 5  # refused for its quorum timeout at most (here 3 s)
+
+
+def test_a_lighthouse_that_takes_connections_and_never_answers_fails_the_join(tmp_path):
+    with socket.socket() as silent:  # the kernel takes the connections; nothing answers them
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        results = outcomes(tmp_path, "silent", str(port), 2, 1)
+    for result in results.values():
+        assert "joined" not in result, "refused by join_replicas, not at the first step"
+        assert result["kind"] == "GangError"
+        assert result["error"] == (
+            f"join_replicas: replica group 0: the lighthouse at http://127.0.0.1:{port} does not "
+            "answer as one: it took the connection but did not answer within 3 s; start one "
+            "with torchft_lighthouse or gangmesh.start_lighthouse there"
+        )
+
+
+def test_no_quorum_names_the_lighthouse_and_the_group_and_the_stores_listen_on_one_interface(
+    tmp_path, pair_lighthouse
+):
+    results = outcomes(tmp_path, "lonely", pair_lighthouse.address, 2, 1)
+    port = pair_lighthouse.address.rsplit(":", 1)[1]
+    for result in results.values():  # the lighthouse waits for a second group that never comes
+        assert result["kind"] == "GangError"
+        assert result["error"].startswith(
+            f"replica group 0: no quorum from the lighthouse at http://127.0.0.1:{port}: "
+        ), result["error"]
+        assert "metadata" not in result["error"].lower(), "torchft's reason, not a gRPC dump"
+    assert results[0]["job_store"] == ["127.0.0.1"], "MASTER_ADDR's interface, not every one"
+    assert results[0]["manager_store"] == ["127.0.0.1"], "where the lighthouse was asked from"
 
 
 def test_without_torchft_joining_says_how_to_install_it(tmp_path):

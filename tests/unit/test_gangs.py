@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from datetime import timedelta
@@ -14,6 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 import gangmesh as gm
 from gangmesh.assembly.factories import create_gangs_from_layout
 from gangmesh.assembly.mesh_build import BUILT_NAMES
+from gangmesh.assembly.mesh_views import MESH_ALIASES
 from gangmesh.plan.layout import Layout
 from gangmesh.testing import simulate_gangs
 
@@ -459,11 +461,80 @@ def test_each_mesh_lays_out_the_plan_over_the_gangs_own_groups(dims):
                 if gang.size > 1:
                     assert mesh.get_group(dim) is gang.as_process_group(), (name, dim)
         meshes = gangs.meshes
-        assert meshes["fsdp"] is meshes["dp_shard_cp"] and meshes["loss"] is meshes["dp_cp"]
-        assert meshes["batch"] is meshes["dp"] and gangs.mesh is meshes["dense"]
-        assert gangs.expert_mesh is meshes.get("expert")
+        assert gangs.mesh is meshes["dense"] and gangs.expert_mesh is meshes.get("expert")
         with pytest.raises(KeyError, match="expected one of dense"):
             meshes["model"]
+
+
+TORCHTITAN_DIMS = {
+    "fsdp": ("pp", "dp_replicate", "fsdp", "tp"),
+    "batch": ("pp", "batch", "cp", "tp"),
+    "loss": ("pp", "loss", "tp"),
+    "efsdp": ("pp", "dp_replicate", "efsdp", "ep", "etp"),
+}
+"""The meshes under torchtitan's names, with its names of their dimensions."""
+HANDED_OUT = {"pp": 2, "dp_replicate": 2, "dp_shard": 2, "cp": 2, "tp": 2, "ep": 4}
+"""A layout where every mesh has a dimension of each size above 1."""
+
+
+def test_meshes_under_torchtitan_s_names_slice_by_torchtitan_s_dimension_names():
+    with simulate_gangs(32, 13, **HANDED_OUT) as gangs:
+        meshes = gangs.meshes
+        for alias, names in TORCHTITAN_DIMS.items():
+            mesh = meshes[alias]
+            assert mesh.mesh_dim_names == names, alias
+            assert meshes[alias] is mesh, "made once, then the same mesh"
+            ours = meshes[MESH_ALIASES[alias]]
+            assert mesh.mesh.tolist() == ours.mesh.tolist()
+            for our_name, name in zip(ours.mesh_dim_names or (), names, strict=True):
+                assert mesh.get_group(name) is ours.get_group(our_name), (alias, name)
+        hsdp = meshes["fsdp"]["dp_replicate", "fsdp"]  # torchtitan's FSDP2 slice
+        assert (
+            hsdp.mesh.tolist() == meshes["dp_shard_cp"]["dp_replicate", "dp_shard_cp"].mesh.tolist()
+        )
+        assert meshes["efsdp"] is meshes["expert"], "its dimensions have torchtitan's names"
+        assert meshes["loss"]["loss"].mesh.tolist() == gangs.plan.group_of(13, "dp_cp")
+        with pytest.raises(KeyError, match="dp_shard_cp"):
+            meshes["fsdp"]["dp_shard_cp"]  # torch's own error names the dimensions it has
+
+
+@pytest.mark.parametrize("name", [*MESH_DIMS, *TORCHTITAN_DIMS])
+def test_from_mesh_takes_every_mesh_gangmesh_hands_out(name):
+    with simulate_gangs(32, 13, **HANDED_OUT) as gangs:
+        mesh = gangs.meshes[name]
+        wrapped = gm.Gangs.from_mesh(mesh)
+        assert wrapped.plan.sizes() == gangs.plan.sizes(), "the plan of the gangs, not a guess"
+        for dim in BUILT_NAMES:
+            gang, again = gangs[dim], wrapped[dim]
+            assert (again.rank, again.size) == (gang.rank, gang.size), dim
+            if gang.size > 1:
+                assert again.as_process_group() is gang.as_process_group(), dim
+        assert wrapped.meshes[name] is mesh, "kept under the name it was handed out under"
+        assert wrapped.meshes[MESH_ALIASES.get(name, name)].mesh_dim_names == (
+            gangs.meshes[MESH_ALIASES.get(name, name)].mesh_dim_names
+        )
+        wrapped.close()
+        gangs.tp.all_reduce(torch.ones(1), gm.ReduceOperation.SUM)  # lent: still open
+
+
+@pytest.mark.parametrize(("names", "shape", "sizes"), [
+    (("dp_replicate", "fsdp", "tp"), (2, 2, 2), {"dp_replicate": 2, "dp_shard": 2, "tp": 2}),
+    (("pp", "batch", "cp"), (2, 2, 2), {"pp": 2, "dp_shard": 2, "cp": 2}),
+    (("loss", "tp"), (4, 2), {"dp_shard": 4, "tp": 2}),
+    (("dp_replicate", "dp_shard_cp"), (2, 4), {"dp_replicate": 2, "dp_shard": 4}),
+])  # fmt: skip
+def test_from_mesh_reads_a_merged_data_dimension_built_by_hand_as_the_shards(names, shape, sizes):
+    with simulate_gangs(8, 5):
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
+        gangs = gm.Gangs.from_mesh(mesh)
+        assert gangs.plan.sizes() == gm.MeshTopology(8, **sizes).sizes()
+        assert gangs.mesh is mesh
+        gangs.close()
+        both = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp_shard", "dp_shard_cp"))
+        with pytest.raises(
+            ValueError, match=r"'dp_shard_cp' \(merging dp_shard, cp\) cannot go with dp_shard"
+        ):
+            gm.Gangs.from_mesh(both)
 
 
 def test_meshes_are_read_only_and_fake_gangs_have_none():
@@ -473,3 +544,21 @@ def test_meshes_are_read_only_and_fake_gangs_have_none():
         gangs.meshes["loss"]
     with pytest.raises(TypeError):
         gangs.meshes["dense"] = None  # type: ignore[index]
+
+
+def test_a_mesh_gang_or_group_of_another_world_is_refused_saying_whose_it_is():
+    with simulate_gangs(8, 0, tp=2) as simulated:
+        mesh, tp, group = simulated.mesh, simulated.tp, simulated.tp.as_process_group()
+    root = gm.setup_root_gang(CPU)  # a real job of one process
+    try:
+        this_job = re.escape("is not this job's (this job is 1 process on gloo)")
+        with pytest.raises(ValueError, match=r"^mesh: the 'dense' mesh \{.*'tp': 2\} of closed "
+                           rf"gangs \(MeshTopology\(8, .*\)\) {this_job}"):  # fmt: skip
+            gm.Gangs.from_mesh(mesh)
+        with pytest.raises(ValueError, match=r"^root_gang: gang 'tp' \(size 2, rank 0, global "
+                           r"rank 0\) is closed"):  # fmt: skip
+            gm.create_gangs(tp)
+        with pytest.raises(ValueError, match=rf"^pg: process group '.+' of 2 processes {this_job}"):
+            gm.ProcessGroupGang(group, CPU)
+    finally:
+        root.close()

@@ -3,15 +3,18 @@ join_replicas and start_lighthouse refuse before anything starts."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import socket
+import threading
 from datetime import timedelta
 
 import pytest
 
 import gangmesh as gm
-from gangmesh.assembly.replicas import _check_reachable, _group_number, lighthouse_address
+from gangmesh.assembly.lighthouse_contact import Answer, ask_lighthouse, lighthouse_address
+from gangmesh.assembly.replicas import _group_number
 from gangmesh.tools.cli import main
 
 
@@ -66,8 +69,8 @@ def test_the_lighthouse_address_comes_from_the_argument_or_torchft_s_variable(mo
 
 @pytest.mark.parametrize(
     "address",
-    ["http//127.0.0.1:29510", "127.0.0.1", "127.0.0.1 :29510", "ftp://host:1", "host:0",
-     "host:99999", "http://host:1/path"],
+    ["http//127.0.0.1:29510", "127.0.0.1", "127.0.0.1 :29510", "ftp://host:1", "host:",
+     "http://host:1/path", "host:port"],
 )  # fmt: skip
 def test_a_malformed_lighthouse_address_is_refused_before_anything_waits(address, monkeypatch):
     expected = "lighthouse: expected the lighthouse's address as host:port or http://host:port"
@@ -79,16 +82,61 @@ def test_a_malformed_lighthouse_address_is_refused_before_anything_waits(address
     assert main(["check", "--nproc", "1", "--lighthouse", address]) == 2
 
 
+@pytest.mark.parametrize("port", ["0", "99999", "65536"])
+def test_a_port_out_of_range_is_named_as_such(port, capsys):
+    expected = f"lighthouse: expected a port in 1..65535, got {port} in 'localhost:{port}'"
+    with pytest.raises(ValueError, match="^" + re.escape(expected) + "$"):
+        lighthouse_address(f"localhost:{port}")
+    assert main(["check", "--nproc", "1", "--lighthouse", f"localhost:{port}"]) == 2
+    assert capsys.readouterr().err == f"gangmesh check: error: --{expected}\n"
+
+
 def test_a_lighthouse_that_cannot_be_reached_is_said_at_once():
-    assert "has no address" in _check_reachable("http://no-such-host.invalid:29510", 5.0)
+    assert "has no address" in ask_lighthouse("http://no-such-host.invalid:29510", 5.0).trouble
     with socket.socket() as closed:  # bound, not listening: connections are refused
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-        assert "nothing answers at 127.0.0.1:" in _check_reachable(f"http://127.0.0.1:{port}", 0.2)
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        assert _check_reachable(f"http://127.0.0.1:{listening.getsockname()[1]}", 0.2) == ""
+        refused = ask_lighthouse(f"http://127.0.0.1:{port}", 0.2)
+        assert refused.trouble.startswith(f"nothing answers at 127.0.0.1:{port}")
+        assert refused.via == ""
+
+
+def test_a_server_that_takes_the_connection_and_never_answers_is_no_lighthouse():
+    with socket.socket() as silent:  # the kernel takes connections for it; nothing answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        asked = ask_lighthouse(f"http://127.0.0.1:{silent.getsockname()[1]}", 0.5)
+    assert asked.trouble == "it took the connection but did not answer within 0.5 s"
+    assert asked.via == "127.0.0.1"
+
+
+def test_another_server_that_answers_is_no_lighthouse():
+    with http.server.HTTPServer(("127.0.0.1", 0), _NotFound) as other:
+        serving = threading.Thread(target=other.serve_forever)
+        serving.start()
+        try:
+            asked = ask_lighthouse(f"http://127.0.0.1:{other.server_address[1]}", 5.0)
+        finally:
+            other.shutdown()
+            serving.join()
+    assert asked.trouble == (
+        "something answers there, but not as torchft's lighthouse (HTTP 404 Not Found to GET "
+        "/status)"
+    )
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        """Quiet."""
+
+
+def test_torchft_s_lighthouse_answers_and_shows_the_interface_it_was_asked_from():
+    pytest.importorskip("torchft")
+    with gm.start_lighthouse(heartbeat_timeout=timedelta(seconds=1)) as lighthouse:
+        assert ask_lighthouse(lighthouse.address, 5.0) == Answer("", "127.0.0.1")
 
 
 def test_the_group_number_comes_from_the_argument_or_the_variable(monkeypatch):

@@ -1,7 +1,8 @@
-"""The job's store as rank 0 serves it without torchrun's agent (a plain launch, SLURM): on
-an IPv4 address it listens on IPv4 alone, where a local client is 127.0.0.1, which the hosts
-file names (on torch's own dual-stack socket it is ::ffff:127.0.0.1, which the server asks
-the name server about on every connection)."""
+"""The job's store as rank 0 serves it without torchrun's agent (a plain launch, SLURM): at
+MASTER_ADDR where that is an address of this host, not on every interface, on IPv4 alone at
+an IPv4 address, where a local client is 127.0.0.1, which the hosts file names (on torch's own
+dual-stack socket it is ::ffff:127.0.0.1, which the server asks the name server about on
+every connection)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import pytest
 
 from gangmesh.assembly import rendezvous
 from gangmesh.runtime.environment import LaunchEnvironment
+from tests.dist.workers.common import listening_at
+
+pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net")
 
 
 def free_port() -> int:
@@ -21,25 +25,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def listening(table: str, port: int) -> bool:
-    """Whether /proc/net/<table> holds a listening socket on ``port``."""
-    lines = Path("/proc/net", table).read_text().splitlines()[1:]
-    return any(
-        int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A"
-        for fields in (line.split() for line in lines)
-    )
-
-
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net")
-@pytest.mark.parametrize(("address", "ipv4_only"), [("127.0.0.1", True), ("localhost", False)])
-def test_rank_0_serves_the_store_on_ipv4_alone_at_an_ipv4_address(address, ipv4_only):
+def served_at(address: str) -> list[str]:
+    """Where rank 0 listens, serving the job's store with MASTER_ADDR ``address``."""
     port = free_port()
     env = LaunchEnvironment("torchrun", 0, 2, 0, 2, address, port)
     store = rendezvous._connect(env, timedelta(seconds=10))
     try:
         store.set("a", "b")
         assert store.get("a") == b"b"
-        assert listening("tcp", port) or listening("tcp6", port)
-        assert listening("tcp6", port) is not ipv4_only
+        return listening_at(port)
     finally:
         del store
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "localhost"])
+def test_rank_0_serves_the_store_at_master_addr_alone(address):
+    assert served_at(address) == ["127.0.0.1"]
+
+
+def test_a_host_name_mapped_to_a_loopback_address_is_served_on_every_interface():
+    name = socket.gethostname()
+    found = socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+    if not str(found).startswith("127."):
+        pytest.skip(f"{name} resolves to {found} here, not to a loopback address")
+    # the other hosts resolve the name to this host's own address: torch's socket, everywhere
+    assert served_at(name) in (["::"], ["0.0.0.0"], ["0.0.0.0", "::"])

@@ -9,7 +9,7 @@ import pytest
 
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.tools.cli import main
-from gangmesh.tools.render import same_groups
+from gangmesh.tools.render import same_groups, shown_dims
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 HSDP = ["--world-size", "16", "--tp", "2", "--dp-replicate", "2"]
@@ -213,15 +213,33 @@ def test_group_colours_stay_distinct():
     assert len(set(colours)) == len(colours)
 
 
-def test_dimensions_that_share_their_groups_are_drawn_once_with_both_names(tmp_path):
-    # ep borrows the tp ranks (etp 1) and efsdp is dp_shard: one communicator each
+def test_dimensions_that_share_their_groups_are_drawn_once_with_every_name(tmp_path):
+    # ep borrows the tp ranks (etp 1); efsdp, dp and edp are dp_shard: one communicator each
     root = draw(tmp_path, ["--world-size", "64", "--pp", "2", "--tp", "8", "--ep", "8"])
     said = {
         dim: " ".join(t.text or "" for t in panel.iter(f"{{{NS['s']}}}text"))
         for dim, panel in panels(root).items()
     }
     assert list(said) == ["pp", "dp_shard", "tp"]
-    assert said["tp"].startswith("tp = ep: tensor parallel")
-    assert said["dp_shard"].startswith("dp_shard = efsdp: sharded data parallel")
+    assert said["tp"].startswith("tp = ep: tensor parallel; expert parallel ")
+    assert said["dp_shard"].startswith(
+        "dp = dp_shard = efsdp = edp: data parallel; sharded data parallel; expert weight "
+        "sharding; expert data parallel "
+    )
     assert "the same groups for each name (one communicator each)" in said["tp"]
     assert "=" not in said["pp"] and "the same groups" not in said["pp"]
+
+
+def test_a_moe_plan_names_every_dimension_of_a_panel_with_its_meaning(tmp_path):
+    args = ["--world-size", "64", "--tp", "4", "--ep", "4", "--ranks-per-node", "8"]
+    root = draw(tmp_path, args)
+    said = {
+        dim: " ".join(t.text or "" for t in panel.iter(f"{{{NS['s']}}}text"))
+        for dim, panel in panels(root).items()
+    }
+    assert list(said) == ["dp_shard", "tp"]
+    assert said["dp_shard"].startswith("dp = dp_shard = efsdp = edp: data parallel; ")
+    assert said["tp"].startswith("tp = ep: tensor parallel; expert parallel ")
+    plan = plan_of(args)
+    named = {name for text in said.values() for name in text.split(":")[0].split(" = ")}
+    assert named == {d for d in shown_dims(plan) if plan.size_of(d) > 1}, "every one, once"

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -49,3 +50,19 @@ def end_victim(victim: int, world_size: int = 4) -> None:
     if all("error" in found[r] for r in found if r != victim):
         with contextlib.suppress(ProcessLookupError):
             os.kill(found[victim]["pid"], signal.SIGKILL)
+
+
+def listening_at(port: int) -> list[str]:
+    """The addresses sockets of this network namespace listen at on ``port``, as
+    /proc/net/tcp and tcp6 show them ("0.0.0.0" or "::" for every interface)."""
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A: listening
+                continue
+            raw = bytes.fromhex(address)  # 32-bit words in the host's (little-endian) order
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append(socket.inet_ntop(family, words))
+    return found

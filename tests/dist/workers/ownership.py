@@ -49,7 +49,7 @@ def main() -> None:
     mine = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_shard", "tp"))
     wrapped = gm.Gangs.from_mesh(mine)
     out["wrapped_created"] = [info.created for info in wrapped.communicators()]
-    out["wrapped_loss_sum"] = summed(wrapped.meshes["loss"].get_group("dp_cp"), me)
+    out["wrapped_loss_sum"] = summed(wrapped.meshes["loss"].get_group("loss"), me)
     out["wrapped_tp_is_users"] = wrapped.meshes["fsdp"].get_group("tp") is mine.get_group("tp")
     wrapped.close()
     out["user_tp_after_close"] = summed(mine.get_group("tp"), me)
@@ -59,6 +59,24 @@ def main() -> None:
     gm.create_gangs(root, tp=2).close()
     out["initialised_after_close"] = dist.is_initialized()
     out["mesh_after_close"] = summed(init_device_mesh("cpu", (4,)).get_group(), 1.0)
+
+    # A mesh gangmesh handed out, handed back: the gangs' plan and groups; refused once closed.
+    gangs = gm.create_gangs(root, dp_shard=2, tp=2)
+    mesh, tp = gangs.meshes["dp_shard_cp"], gangs.tp.as_process_group()
+    again = gm.Gangs.from_mesh(mesh)
+    out["handed_back"] = [
+        again.plan.sizes() == gangs.plan.sizes(),
+        again.tp.as_process_group() is tp,
+    ]
+    again.close()
+    gangs.close()
+    for name, call in (("closed_mesh", lambda: gm.Gangs.from_mesh(mesh)),
+                       ("closed_group", lambda: gm.ProcessGroupGang(tp, torch.device("cpu")))):  # fmt: skip
+        try:
+            call()
+            out[name] = None
+        except ValueError as ex:
+            out[name] = str(ex)
 
     # The fairseq2 flow: the first gangs refined, then closed; the second keeps working.
     first = gm.create_parallel_gangs(root, tp_size=2)
@@ -80,6 +98,7 @@ def main() -> None:
     out["fsdp_grad_sum"] = float(grad.full_tensor().sum())  # type: ignore[union-attr]
     out["hsdp_tp_grads_match"] = hsdp_tp_grads_match(second)
     out["communicators"] = [list(info.ranks) for info in second.communicators()]
+
     write_results(me, out)
 
 

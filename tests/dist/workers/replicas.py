@@ -2,6 +2,9 @@
 index among all the processes started (GANGMESH_TEST_INDEX).
 
     replicas.py OUT unreachable PORT   join a lighthouse that nothing serves at PORT
+    replicas.py OUT silent PORT        join a "lighthouse" at PORT that never answers
+    replicas.py OUT lonely ADDRESS     join one that waits for two groups; start a step; rank 0
+                                       says where its stores listen
     replicas.py OUT missing            join with torchft not importable
     replicas.py OUT replicate ADDRESS  join, then ask create_gangs for dp_replicate=2 as well
     replicas.py OUT twice ADDRESS      join with group 0, as another launch does; start a step
@@ -15,7 +18,7 @@ import sys
 import time
 from datetime import timedelta
 
-from common import write_results
+from common import listening_at, write_results
 
 import gangmesh as gm
 
@@ -31,8 +34,20 @@ def main() -> None:
     started = time.monotonic()
     result: dict[str, object] = {}
     try:
-        if scenario == "unreachable":
+        if scenario in ("unreachable", "silent"):
             gm.join_replicas(root, lighthouse=f"127.0.0.1:{where}", group=0, quorum_timeout=SHORT)
+            result["joined"] = True
+        elif scenario == "lonely":
+            replicas = gm.join_replicas(root, lighthouse=where, group=0, timeout=SHORT,
+                                        quorum_timeout=SHORT)  # fmt: skip
+            if root.rank == 0:
+                result["job_store"] = listening_at(int(os.environ["MASTER_PORT"]))
+                result["manager_store"] = listening_at(replicas._store.port)
+            gm.create_gangs(root, replicas=replicas)
+            try:
+                replicas.start_step()
+            finally:
+                replicas.close()
         elif scenario == "missing":
             gm.join_replicas(root, lighthouse="127.0.0.1:1", group=0)
         else:
