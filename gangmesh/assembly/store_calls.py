@@ -3,7 +3,7 @@
 
 Where rank 0 serves the job's store (no launcher's agent does), a rank 0 stopped during setup
 would hold every other rank in its store call. The calls of a meeting through one connection
-are made by one thread of that connection's (:class:`~gangmesh.runtime.call_thread.CallThread`)
+are made by one thread of that connection's (:func:`gangmesh.runtime.call_thread.of`)
 and each is given up on where it has not returned within its own wait and a margin that grows
 with the job's timeout (:func:`margin`): it raises RuntimeError, as torch's store does where
 its server is gone. The connection given up on stays with the thread that waits in it (a
@@ -17,10 +17,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from gangmesh.runtime.call_thread import CallThread
+from gangmesh.runtime import call_thread
 
-_threads: dict[int, CallThread] = {}
-"""The thread of each store connection in use (by its id), made on its first call."""
 _given_up: set[int] = set()
 """The ids of the store connections given up on (each is kept alive by the thread in it)."""
 
@@ -67,13 +65,10 @@ class BoundedStore:
         key = id(_connection(self._store))
         if key in _given_up:
             raise RuntimeError("the job's store did not answer an earlier call")
-        thread = _threads.get(key)
-        if thread is None:
-            thread = _threads[key] = CallThread("gangmesh-store-calls")
         method = getattr(self._store, name)
         try:
-            return thread.call(lambda: method(*args), seconds)
+            return call_thread.of(key, "gangmesh-store-calls").call(lambda: method(*args), seconds)
         except TimeoutError:
             _given_up.add(key)
-            del _threads[key]
+            call_thread.forget(key)
             raise RuntimeError(f"the job's store did not answer within {seconds:g} s") from None

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch.distributed as dist
 
-from gangmesh.runtime import faults
+from gangmesh.runtime import call_thread, faults
 from gangmesh.runtime.communicators import forget_all
 
 log = logging.getLogger("gangmesh")
@@ -26,6 +26,9 @@ class Releasable(Protocol):
 _holders: weakref.WeakSet[Releasable] = weakref.WeakSet()
 """Every holder of groups not yet collected."""
 _exit_teardown_installed = False
+_THREAD_BOUND = 2.0
+"""Seconds the teardown waits for each store connection's thread to end (a thread that a
+store which does not answer holds ends with the process)."""
 
 
 def release_at_exit(holder: Releasable) -> None:
@@ -73,4 +76,5 @@ def shut_everything_down() -> None:
         holder._release()
     forget_all()
     faults.shut_down()
+    call_thread.end_all(_THREAD_BOUND)
     gc.collect()

@@ -61,3 +61,28 @@ class CallThread:
         """End the thread once its calls are done, waiting up to ``bound`` seconds for it."""
         self._calls.put(None)
         self._thread.join(bound)
+
+
+_shared: dict[int, CallThread] = {}
+"""The thread of each store connection in use, by the connection's id (see :func:`of`)."""
+
+
+def of(key: int, name: str) -> CallThread:
+    """The thread that makes the calls of the connection ``key`` (made on first use)."""
+    thread = _shared.get(key)
+    if thread is None:
+        thread = _shared[key] = CallThread(name)
+    return thread
+
+
+def forget(key: int) -> None:
+    """Drop the thread of connection ``key``, held by a call given up on (it ends with it)."""
+    _shared.pop(key, None)
+
+
+def end_all(bound: float) -> None:
+    """End every connection's thread once its calls are done (at exit, and between two tests
+    that share processes); the next call makes a new one."""
+    for thread in _shared.values():
+        thread.end(bound)
+    _shared.clear()
