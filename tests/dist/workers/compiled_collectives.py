@@ -40,7 +40,8 @@ def values(gang: gm.Gang, *shape: int) -> torch.Tensor:
 
 
 def all_reduce_inputs(gang: gm.Gang) -> list[torch.Tensor]:
-    return [values(gang, 2, 3) / (index + 1) for index, _ in enumerate(REDUCTIONS)]
+    tensors = [values(gang, 2, 3) / (index + 1) for index, _ in enumerate(REDUCTIONS)]
+    return [torch.nn.Parameter(tensors[0]), *tensors[1:]]  # parameters are averaged, too
 
 
 def all_reduce(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
@@ -108,7 +109,8 @@ def all_to_all(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
 
 
 def broadcast_inputs(gang: gm.Gang) -> list[torch.Tensor]:
-    return [values(gang, 2, 3) for _ in range(gang.size)]
+    tensors = [values(gang, 2, 3) for _ in range(gang.size)]
+    return [torch.nn.Parameter(tensors[0]), *tensors[1:]]  # parameters are broadcast, too
 
 
 def broadcast(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
