@@ -74,12 +74,12 @@ class TracedGroup:
     def all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
         """Gather into ``output_tensor`` (contiguous, any accepted shape), in gang rank order."""
         with torch.no_grad():
-            pieces = self._gathered(input_tensor)
-            output_tensor.view(-1).copy_(torch.cat(pieces) if len(pieces) > 1 else pieces[0])
+            output_tensor.view(-1).copy_(self._gathered(input_tensor))
 
     def all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
         with torch.no_grad():
-            for output, piece in zip(output_tensors, self._gathered(input_tensor), strict=True):
+            pieces = self._gathered(input_tensor).chunk(self.size)
+            for output, piece in zip(output_tensors, pieces, strict=True):
                 output.copy_(piece.view(input_tensor.shape))
 
     def reduce_scatter(
@@ -119,14 +119,14 @@ class TracedGroup:
         )
         output_tensor.copy_(received)
 
-    def _gathered(self, input_tensor: Tensor) -> list[Tensor]:
-        """Every member's ``input_tensor``, flat, in gang rank order."""
+    def _gathered(self, input_tensor: Tensor) -> Tensor:
+        """Every member's ``input_tensor``, flat, one after the other in gang rank order."""
         all_gather = _c10d.functional_collective("all_gather_single", "all_gather_tensor")
-        gathered = all_gather(input_tensor.reshape(-1), 0, self.name)
-        pieces = list(gathered.chunk(self.size))
+        gathered: Tensor = all_gather(input_tensor.reshape(-1), 0, self.name)
         if self.order is None:
-            return pieces
-        return [pieces[group_rank] for group_rank in self.order.to_group]
+            return gathered
+        pieces = gathered.chunk(self.size)
+        return torch.cat([pieces[group_rank] for group_rank in self.order.to_group])
 
     def _rows(self, sizes: Sequence[int] | None, tensor: Tensor) -> list[int]:
         """``sizes`` as a list, or equal parts of ``tensor``'s rows."""
