@@ -6,16 +6,19 @@ a collective's that names a gang or a peer."""
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 
 from tests.dist.launch import bare_jobs, sessions_alive
 from tests.dist.test_check import processes_mentioning
+from tests.shown import assert_line_shown
 
 pytestmark = pytest.mark.dist
 
 TIMEOUT = 10.0
 MODES = ("sigkill", "compile_error")
+DOCS_BLOCK = "# rank 1 SIGKILLed between its two compiled blocks"  # docs/howto.rst shows it
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,7 @@ def run_fault(launched):
     return run_fault
 
 
-def test_a_rank_killed_mid_step_of_a_compiled_loop_is_named_by_the_survivor(run_fault):
+def test_a_rank_killed_mid_step_of_a_compiled_loop_is_named_by_the_survivor(run_fault, quiet_host):
     run, found = run_fault("sigkill")
     assert run.returncode == -9, run.output
     survivor, victim = found[0], found[1]
@@ -46,6 +49,10 @@ def test_a_rank_killed_mid_step_of_a_compiled_loop_is_named_by_the_survivor(run_
     assert re.search(rf"global rank 1 on host \S+ \(pid {victim['pid']}\) {killed}",
                      survivor["error"]), survivor["error"]  # fmt: skip
     assert survivor["at"] - victim["broke_at"] <= TIMEOUT + 5, survivor["error"]
+    host = socket.gethostname() if quiet_host is None else quiet_host.name
+    alike = {"is gone: it exited or was killed": "was killed by SIGKILL"}
+    assert_line_shown("howto.rst", DOCS_BLOCK, "killed by SIGKILL", [survivor["error"]],
+                      hosts=[host], alike=alike)  # fmt: skip
 
 
 def test_a_compile_error_in_gang_calls_is_the_process_own_error(run_fault):

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from tests.dist.launch import REPO, torchrun_like
+from tests.shown import assert_output_shown
 
 pytestmark = pytest.mark.dist
 
@@ -33,3 +34,6 @@ def test_compiled_blocks_train_as_eager_and_as_one_process(name):
     assert len(steps) == 5, run.output
     assert max(float(e) for e in steps) <= 1e-5
     assert "matches the single-process run within 1e-05" in run.output
+    if name == "tp2_inductor":
+        assert_output_shown("howto.rst", "$ torchrun --nproc-per-node 2 docs/examples/compiled_tp.py",
+                            run.output)  # fmt: skip
