@@ -1,7 +1,7 @@
 """A compiled step whose collectives are Gang calls vs the same step with the raw torch calls.
 
-    python -m benchmarks.compile_bench [--nproc 2] [--backends eager,inductor] [--steps 20]
-                                       [--pairs 15]
+    python -m benchmarks.compile_bench [--nproc 2] [--backends eager,inductor] [--steps 10]
+                                       [--pairs 101]
 
 Under torchrun, ``--nproc`` gloo processes (one tp gang of all of them) compile two steps
 per backend, each with ``fullgraph=True``, once with Gang calls and once with what a user
@@ -175,8 +175,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--backends", default="eager,inductor")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=101)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     json_argument(parser)
     args = parser.parse_args()
