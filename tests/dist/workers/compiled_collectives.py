@@ -33,14 +33,14 @@ Call = Callable[[gm.Gang, list[torch.Tensor]], None]
 Step = Callable[[dict[str, list[torch.Tensor]]], None]
 
 
-def values(gang: gm.Gang, *shape: int) -> torch.Tensor:
+def values(*shape: int) -> torch.Tensor:
     """Distinct values on each process and in each place (float32)."""
     start = 100.0 * dist.get_rank() + 1.0
     return torch.arange(start, start + torch.Size(shape).numel()).reshape(shape)
 
 
 def all_reduce_inputs(gang: gm.Gang) -> list[torch.Tensor]:
-    tensors = [values(gang, 2, 3) / (index + 1) for index, _ in enumerate(REDUCTIONS)]
+    tensors = [values(2, 3) / (index + 1) for index, _ in enumerate(REDUCTIONS)]
     return [torch.nn.Parameter(tensors[0]), *tensors[1:]]  # parameters are averaged, too
 
 
@@ -51,8 +51,8 @@ def all_reduce(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
 
 def all_gather_inputs(gang: gm.Gang) -> list[torch.Tensor]:
     n = gang.size
-    return [values(gang, 2, 3), torch.zeros(n, 2, 3), torch.zeros(2 * n, 3),
-            torch.zeros(6 * n), values(gang).reshape(()), torch.zeros(n)]  # fmt: skip
+    return [values(2, 3), torch.zeros(n, 2, 3), torch.zeros(2 * n, 3),
+            torch.zeros(6 * n), values().reshape(()), torch.zeros(n)]  # fmt: skip
 
 
 def all_gather(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
@@ -64,7 +64,7 @@ def all_gather(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
 
 
 def all_gather_to_list_inputs(gang: gm.Gang) -> list[torch.Tensor]:
-    return [values(gang, 2, 3)] + [torch.zeros(2, 3) for _ in range(gang.size)]
+    return [values(2, 3)] + [torch.zeros(2, 3) for _ in range(gang.size)]
 
 
 def all_gather_to_list(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
@@ -73,9 +73,9 @@ def all_gather_to_list(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
 
 def reduce_scatter_inputs(gang: gm.Gang) -> list[torch.Tensor]:
     n = gang.size
-    concatenated = [values(gang, 2 * n, 3) / (index + 1) for index, _ in enumerate(REDUCTIONS)]
+    concatenated = [values(2 * n, 3) / (index + 1) for index, _ in enumerate(REDUCTIONS)]
     outputs = [torch.zeros(2, 3) for _ in REDUCTIONS]
-    return [*concatenated, *outputs, values(gang, n, 3), torch.zeros(3)]
+    return [*concatenated, *outputs, values(n, 3), torch.zeros(3)]
 
 
 def reduce_scatter(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
@@ -98,8 +98,8 @@ def uneven_splits(gang: gm.Gang) -> tuple[list[int], list[int]]:
 def all_to_all_inputs(gang: gm.Gang) -> list[torch.Tensor]:
     received, sent = uneven_splits(gang)
     n = gang.size
-    return [values(gang, 2 * n, 3), torch.zeros(2 * n, 3),
-            values(gang, sum(sent), 2), torch.zeros(sum(received), 2)]  # fmt: skip
+    return [values(2 * n, 3), torch.zeros(2 * n, 3),
+            values(sum(sent), 2), torch.zeros(sum(received), 2)]  # fmt: skip
 
 
 def all_to_all(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
@@ -109,7 +109,7 @@ def all_to_all(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
 
 
 def broadcast_inputs(gang: gm.Gang) -> list[torch.Tensor]:
-    tensors = [values(gang, 2, 3) for _ in range(gang.size)]
+    tensors = [values(2, 3) for _ in range(gang.size)]
     return [torch.nn.Parameter(tensors[0]), *tensors[1:]]  # parameters are broadcast, too
 
 
@@ -119,7 +119,7 @@ def broadcast(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
 
 
 def barrier_inputs(gang: gm.Gang) -> list[torch.Tensor]:
-    return [values(gang, 2)]
+    return [values(2)]
 
 
 def barrier(gang: gm.Gang, tensors: list[torch.Tensor]) -> None:
