@@ -91,26 +91,26 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, dp
     return loss.detach()
 
 
-def train_data_parallel(model: nn.Module, dp: Gang) -> list[float]:
+def train_data_parallel(model: nn.Module, dp: Gang, steps: int = STEPS) -> list[float]:
     """Train on this process's slice of each global batch; the mean loss over ``dp`` per step.
 
     The gradients are averaged over ``dp`` by FSDP, inside ``backward``.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
-    for step in range(STEPS):
+    for step in range(steps):
         mean = train_step(model, optimizer, step, dp).clone()
         dp.all_reduce(mean, ReduceOperation.MEAN)
         losses.append(mean.item())
     return losses
 
 
-def reference_losses(device: torch.device) -> list[float]:
+def reference_losses(device: torch.device, steps: int = STEPS) -> list[float]:
     """Losses of one process training the unsharded model on each whole global batch."""
     model = make_model(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
-    for step in range(STEPS):
+    for step in range(steps):
         inputs, targets = global_batch(step, device)
         loss = loss_of(model(inputs), targets)
         loss.backward()

@@ -252,3 +252,22 @@ def undecorated(function: _F) -> _F:
     when ``__wrapped__`` is absent.
     """
     return getattr(function, "__wrapped__", function)
+
+
+def functional_collective(name: str, older: str | None = None) -> Callable[..., Any]:
+    """torch's functional collective ``name``, or ``older`` where this torch lacks it: the
+    form of a collective that torch.compile traces on every supported torch, the group
+    given by name, the result a new tensor.
+
+    A gang's collectives take them in traced code only (:mod:`gangmesh.runtime._traced`),
+    so the module is imported on the first such call. ``all_gather_single`` and
+    ``reduce_scatter_single`` came after 2.9.1, whose ``all_gather_tensor`` and
+    ``reduce_scatter_tensor`` (deprecated since) take the same arguments. Public
+    alternative to watch: the c10d calls (``torch.distributed.all_reduce``, ...) once dynamo
+    rewrites every one of them into these ops; it rewrites neither ``broadcast`` nor
+    ``barrier`` (2.9.1 to 2.15.0).
+    """
+    import torch.distributed._functional_collectives as functional
+
+    found = getattr(functional, name, None) or getattr(functional, older or name)
+    return cast(Callable[..., Any], found)

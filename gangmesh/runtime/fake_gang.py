@@ -127,8 +127,12 @@ class FakeGang(PlacedGang):
 
 
 def _combine_with_itself(tensor: Tensor, op: ReduceOperation, times: int) -> None:
-    """``tensor`` combined with ``times - 1`` copies of itself by ``op``, in place."""
-    if op is ReduceOperation.SUM:
-        tensor.mul_(times)
-    elif op is ReduceOperation.PRODUCT:
-        tensor.pow_(times)
+    """``tensor`` combined with ``times - 1`` copies of itself by ``op``, in place; without
+    autograd, as a process group writes its result (a parameter may be reduced, too)."""
+    if times == 1 or op not in (ReduceOperation.SUM, ReduceOperation.PRODUCT):
+        return
+    with torch.no_grad():
+        if op is ReduceOperation.SUM:
+            tensor.mul_(times)
+        else:
+            tensor.pow_(times)

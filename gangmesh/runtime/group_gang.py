@@ -2,7 +2,11 @@
 
 Each collective checks that the gang is open, runs on the group in the gang's own rank
 order (see :mod:`gangmesh.runtime.rank_order`) and turns torch's errors into GangErrors that name
-the gang. :class:`~gangmesh.ProcessGroupGang` adds how a gang holds its group.
+the gang. In code that torch.compile or torch.export traces, it takes the traced path
+instead (:mod:`gangmesh.runtime._traced`), which counts nothing and catches nothing: a
+collective that fails there raises torch's error from the compiled code, which leaving
+``with gangs:`` names the culprit. :class:`~gangmesh.ProcessGroupGang` adds how a gang holds
+its group.
 """
 
 from __future__ import annotations
@@ -10,16 +14,19 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.compiler import is_compiling
 from torch.distributed import ProcessGroup
 from typing_extensions import override
 
 from gangmesh.plan._checks import InvalidTypeError, check_timeout
 from gangmesh.runtime import _backend, _c10d
+from gangmesh.runtime._traced import TracedGroup
 from gangmesh.runtime._validate import Splits, normalized_device
 from gangmesh.runtime.faults import Call, gang_error
 from gangmesh.runtime.gang import DEFAULT_TIMEOUT, GangError, PlacedGang, ReduceOperation
@@ -51,6 +58,8 @@ class GroupGang(PlacedGang):
         self._global_ranks = held_ranks("pg", pg)
         timeout = check_timeout(timeout)
         self._device = normalized_device(device)
+        self._device_ids = [self._device.index] if self._device.type == "cuda" else None
+        """What a barrier tells torch of the device: its index on CUDA, as NCCL needs."""
         self._pg: ProcessGroup | None = pg
         self._name = name
         self._rank = dist.get_rank(pg)
@@ -62,6 +71,10 @@ class GroupGang(PlacedGang):
         """Where :meth:`~Gang.barrier` runs a monitored barrier; None for a plain one."""
         self._calls = 0
         """The collectives this process entered on the gang: the number of the current one."""
+        self._traced: TracedGroup | None = TracedGroup(
+            pg.group_name, self._size, None, self._device
+        )
+        """The gang's collectives in traced code; None once the gang is closed."""
 
     @property
     @override
@@ -80,6 +93,8 @@ class GroupGang(PlacedGang):
         self._order = RankOrder(self._global_ranks, members)
         self._rank = self._order.from_group[self._rank]
         self._global_ranks = list(members)
+        if self._traced is not None:
+            self._traced = TracedGroup(self._traced.name, self._size, self._order, self._device)
 
     def _live(self, op: str) -> ProcessGroup:
         """The group, for collective ``op``.
@@ -91,24 +106,40 @@ class GroupGang(PlacedGang):
         self._calls += 1
         return self._pg
 
+    def _in_trace(self, op: str) -> TracedGroup:
+        """The gang's collectives in traced code, for collective ``op``.
+
+        :raises GangError: the gang is closed.
+        """
+        if self._traced is None:
+            self._closed(op)
+        return self._traced
+
     @override
     def _barrier(self) -> None:
-        pg = self._live("barrier")
+        if is_compiling():
+            self._in_trace("barrier").barrier()
+            return
+        pg = self._pg
+        if pg is None:
+            self._closed("barrier")
+        self._calls += 1
         try:
-            if self._monitor_group is not None:
+            if self._monitor_group is None:
+                _barrier(group=pg, device_ids=self._device_ids)
+            else:
                 dist.monitored_barrier(
                     group=self._monitor_group, timeout=self._timeout, wait_all_ranks=True
                 )
-            elif self._device.type == "cuda":
-                _barrier(group=pg, device_ids=[self._device.index])
-            else:
-                _barrier(group=pg)
         except RuntimeError as ex:
             monitored = self._monitor_group is not None
             self._fail("barrier", ex, reason=self._absentees(str(ex)) if monitored else None)
 
     @override
     def _all_reduce(self, tensor: Tensor, op: ReduceOperation) -> None:
+        if is_compiling():
+            self._in_trace("all_reduce").all_reduce(tensor, op)
+            return
         pg = self._live("all_reduce")
         try:
             _backend.all_reduce(pg, tensor, op)
@@ -117,6 +148,9 @@ class GroupGang(PlacedGang):
 
     @override
     def _all_gather(self, output_tensor: Tensor, input_tensor: Tensor) -> None:
+        if is_compiling():
+            self._in_trace("all_gather").all_gather(output_tensor, input_tensor)
+            return
         pg = self._pg
         if pg is None:
             self._closed("all_gather")
@@ -137,6 +171,9 @@ class GroupGang(PlacedGang):
 
     @override
     def _all_gather_to_list(self, output_tensors: list[Tensor], input_tensor: Tensor) -> None:
+        if is_compiling():
+            self._in_trace("all_gather_to_list").all_gather_to_list(output_tensors, input_tensor)
+            return
         pg = self._live("all_gather_to_list")
         if self._order is not None:
             output_tensors = self._order.in_group_order(output_tensors)
@@ -149,6 +186,9 @@ class GroupGang(PlacedGang):
     def _reduce_scatter(
         self, output_tensor: Tensor, input_tensor: Tensor, op: ReduceOperation
     ) -> None:
+        if is_compiling():
+            self._in_trace("reduce_scatter").reduce_scatter(output_tensor, input_tensor, op)
+            return
         pg = self._pg
         if pg is None:
             self._closed("reduce_scatter")
@@ -167,10 +207,14 @@ class GroupGang(PlacedGang):
 
     @override
     def _all_to_all(self, output_tensor: Tensor, input_tensor: Tensor, splits: Splits) -> None:
+        if is_compiling():
+            self._in_trace("all_to_all").all_to_all(output_tensor, input_tensor, splits)
+            return
         pg = self._live("all_to_all")
         try:
             if self._order is not None:
-                self._order.all_to_all(pg, output_tensor, input_tensor, splits)
+                exchange = partial(_backend.all_to_all_single, pg)
+                self._order.all_to_all(exchange, output_tensor, input_tensor, splits)
             else:
                 _backend.all_to_all_single(pg, output_tensor, input_tensor.contiguous(), *splits)
         except RuntimeError as ex:
@@ -182,6 +226,9 @@ class GroupGang(PlacedGang):
 
     @override
     def _broadcast(self, tensor: Tensor, source_rank: int) -> None:
+        if is_compiling():
+            self._in_trace("broadcast").broadcast(tensor, source_rank)
+            return
         pg = self._live("broadcast")
         try:
             _backend.broadcast(pg, tensor, self._group_rank(source_rank))

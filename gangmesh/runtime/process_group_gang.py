@@ -304,6 +304,7 @@ class ProcessGroupGang(GroupGang):
     def _release(self) -> None:
         """Drop the references to torch's groups; the gang is closed from now on."""
         self._pg = None
+        self._traced = None
         self._lease = None
         self._monitor_group = None
         self._monitor_lease = None

@@ -7,17 +7,18 @@ order, numbers them as it was asked to; its collectives then map between the two
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeAlias, TypeVar
 
 import torch
 from torch import Tensor
-from torch.distributed import ProcessGroup
 
-from gangmesh.runtime import _backend
 from gangmesh.runtime._validate import Splits
 
 T = TypeVar("T")
+Exchange: TypeAlias = Callable[[Tensor, Tensor, list[int], list[int]], None]
+"""An all_to_all in group rank order: (output, input, rows received from each group rank,
+rows sent to each)."""
 
 
 class RankOrder:
@@ -47,9 +48,9 @@ class RankOrder:
         return [items[r] for r in self.from_group]
 
     def all_to_all(
-        self, pg: ProcessGroup, output_tensor: Tensor, input_tensor: Tensor, splits: Splits
+        self, exchange: Exchange, output_tensor: Tensor, input_tensor: Tensor, splits: Splits
     ) -> None:
-        """all_to_all over ``pg``, with the pieces of both tensors in gang rank order.
+        """all_to_all by ``exchange``, with the pieces of both tensors in gang rank order.
 
         :raises RuntimeError: the backend fails.
         """
@@ -59,9 +60,7 @@ class RankOrder:
         receives = _split(output_tensor, output_split_sizes, size)
         by_group = [piece.shape[0] for piece in self.in_group_order(receives)]
         received = torch.empty_like(output_tensor)
-        _backend.all_to_all_single(
-            pg, received, torch.cat(sends), by_group, [piece.shape[0] for piece in sends]
-        )
+        exchange(received, torch.cat(sends), by_group, [piece.shape[0] for piece in sends])
         for piece, r in zip(torch.split(received, by_group), self.from_group, strict=True):
             receives[r].copy_(piece)
 

@@ -194,3 +194,20 @@ def test_torch_counts_every_collective_of_a_group_and_the_count_is_read(gloo_wor
     assert _c10d.sequence_number(group) == before + 4
     assert _c10d.sequence_number(None) == _c10d.sequence_number(dist.group.WORLD)
     dist.destroy_process_group(group)
+
+
+def test_functional_collectives_take_a_group_by_name(gloo_world):
+    # what a gang calls in code torch.compile traces (gangmesh.runtime._traced)
+    name, tensor = gloo_world.group_name, torch.arange(4.0)
+    all_reduce = _c10d.functional_collective("all_reduce")
+    reduce_scatter = _c10d.functional_collective("reduce_scatter_single", "reduce_scatter_tensor")
+    for reduction in ("sum", "avg", "product", "min", "max"):
+        assert torch.equal(all_reduce(tensor, reduction, name), tensor)
+        assert torch.equal(reduce_scatter(tensor, reduction, 0, name), tensor)
+    all_gather = _c10d.functional_collective("all_gather_single", "all_gather_tensor")
+    assert torch.equal(all_gather(tensor, 0, name), tensor)
+    assert torch.equal(_c10d.functional_collective("broadcast")(tensor, 0, name), tensor)
+    all_to_all = _c10d.functional_collective("all_to_all_single")
+    assert torch.equal(all_to_all(tensor, [4], [4], name), tensor)
+    with pytest.raises(AttributeError):
+        _c10d.functional_collective("no_such_collective", "no_older_one")

@@ -35,6 +35,13 @@ RERUN_ELSEWHERE = {
         "$ python docs/examples/fault_tolerant_hsdp.py",
     ): "dist/test_replicas.py",
     ("howto.rst", "# rank 3 raised ValueError"): "dist/test_culprit.py",
+    ("howto.rst", "# rank 1 SIGKILLed between its two compiled blocks"): (
+        "dist/test_compiled_faults.py"
+    ),
+    (
+        "howto.rst",
+        "$ torchrun --nproc-per-node 2 docs/examples/compiled_tp.py",
+    ): "dist/test_compiled_recipe.py",
     ("howto.rst", "Root Cause"): "dist/test_culprit.py",
     ("howto.rst", "# killed while the default group connects"): "dist/test_setup_deaths.py",
     ("howto.rst", "# rank 3 broadcasts on its tp gang"): "dist/test_desync.py",

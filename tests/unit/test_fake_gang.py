@@ -27,6 +27,15 @@ def test_all_reduce_is_what_four_identical_processes_would_get(op, expected):
     assert tensor.tolist() == expected
 
 
+@pytest.mark.parametrize("op", [ReduceOperation.SUM, ReduceOperation.PRODUCT])
+def test_a_parameter_is_reduced_as_a_process_group_writes_it(op):
+    # as on a real gang of that size (a gang of one in a job stands in for a dimension)
+    parameter = torch.nn.Parameter(torch.tensor([2.0]))
+    FakeGang(CPU, size=3).all_reduce(parameter, op)
+    assert parameter.item() == (6.0 if op is ReduceOperation.SUM else 8.0)
+    assert parameter.requires_grad and parameter.grad_fn is None
+
+
 def test_all_gather_accepts_stacked_concatenated_and_flat_outputs():
     gang = FakeGang(CPU, rank=1, size=3)
     inp = torch.tensor([[1, 2], [3, 4]])
