@@ -138,14 +138,14 @@ def _holding(ranks: tuple[int, ...]) -> str:
     known; "" where no group holds them."""
     if not ranks:
         return ""
-    found: list[tuple[int, str, int]] = []
+    found: list[tuple[int, bool, str, int]] = []  # a dimension's group before the default one
     for group in [dist.group.WORLD, *communicators.held_groups()]:
         members, rank = _place(group)
         if rank >= 0 and set(ranks) <= set(members):
-            found.append((len(members), group_label(group), rank))
+            found.append((len(members), group is dist.group.WORLD, group_label(group), rank))
     if not found:
         return ""
-    size, label, rank = min(found)
+    size, _, label, rank = min(found)
     return f" on process group '{label}' (size {size}, rank {rank}; the smallest holding them)"
 
 
