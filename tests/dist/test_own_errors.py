@@ -29,10 +29,10 @@ def test_a_store_error_of_a_rank_s_own_ends_that_rank_alone(tmp_path):
         if "error" in found.get(rank, {}):
             assert found[rank]["culprits"] == [1], found[rank]
             assert rank_1 in found[rank]["error"], found[rank]
-            assert codes[rank] == 1, run.output
         else:
             assert f"global rank {rank} stopped (SIGTERM) after {rank_1}" in run.output
-            assert codes[rank] == 143, run.output  # SIGTERM, as torchrun stops a worker
+        # its error ended it, or torchrun's SIGTERM as it ended: never a survivor's SIGKILL
+        assert codes[rank] in (1, 143, -15), run.output
     assert codes[1] == 1, run.output  # its own error ended it
     root_cause = run.output.split("Root Cause (first observed failure):", 1)[1]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)", root_cause), run.output

@@ -242,7 +242,8 @@ class Channel:
                     and peer_state.fate(int(e["pid"]), e.get("started")) is not None
                 ]  # fmt: skip
                 others = self.world_size - 1 - len(ended)
-                if read.counted(JOB, "explained", others) >= others:
+                counted = others + ("explained" in self._state)  # the count holds this one's
+                if read.counted(JOB, "explained", counted) >= counted:
                     return
                 time.sleep(pause)  # the others' reading is not signalled to this process
                 pause = min(2 * pause, _POLL_MOST)

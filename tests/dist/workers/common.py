@@ -43,11 +43,12 @@ def join_job(timeout: timedelta) -> None:
 
 
 def end_victim(victim: int, world_size: int = 4) -> None:
-    """The last survivor to write its error kills a victim still stopped or hanging, as a
-    scheduler ending the job would (each survivor checks after writing)."""
+    """The last survivor to write its error (or that it ended of torch's) kills a victim
+    still stopped or hanging, as a scheduler ending the job would (each survivor checks after
+    writing)."""
     out = Path(sys.argv[1])
     found = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(world_size)}
-    if all("error" in found[r] for r in found if r != victim):
+    if all("error" in found[r] or "ended" in found[r] for r in found if r != victim):
         with contextlib.suppress(ProcessLookupError):
             os.kill(found[victim]["pid"], signal.SIGKILL)
 

@@ -206,6 +206,12 @@ def main() -> None:
         if ending == "catch":
             sys.exit(1)
         raise
+    except RuntimeError:  # torch's own error, left uncaught: its last words say the rest
+        if fault is None and kind in ("sigstop", "hang"):
+            found = json.loads((Path(sys.argv[1]) / f"rank{me}.json").read_text())
+            write_results(me, {**found, "ended": time.time()})
+            end_victim(victim)
+        raise
 
 
 if __name__ == "__main__":
