@@ -108,7 +108,7 @@ def test_under_torchrun_every_survivor_that_raises_names_the_rank_that_broke(tmp
 
 
 @pytest.mark.parametrize("fault", ["raise", "sigkill", "sigstop"])
-def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_broke(
+def test_under_torchrun_looking_after_the_timeout_every_survivor_names_the_rank_that_broke(
     tmp_path, fault
 ):
     # What docs/howto.rst tells users: with --monitor-interval above the timeout and 5 s,
@@ -118,7 +118,8 @@ def test_under_torchrun_looking_every_30_s_every_survivor_names_the_rank_that_br
     temp = tmp_path / "temp"
     temp.mkdir()
     run = torchrun("culprit.py", 4, str(tmp_path), fault, timeout=150,
-                   options=("--monitor-interval=30",), env={"TMPDIR": str(temp)})  # fmt: skip
+                   options=(f"--monitor-interval={TIMEOUT + 10:g}",),
+                   env={"TMPDIR": str(temp)})  # fmt: skip
     assert run.returncode != 0, run.output
     assert_nothing_left(temp)
     found = run.results(tmp_path)
