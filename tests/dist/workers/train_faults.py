@@ -26,6 +26,7 @@ timeout in seconds.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -208,10 +209,15 @@ def main() -> None:
         raise
     except RuntimeError:  # torch's own error, left uncaught: its last words say the rest
         if fault is None and kind in ("sigstop", "hang"):
-            found = json.loads((Path(sys.argv[1]) / f"rank{me}.json").read_text())
-            write_results(me, {**found, "ended": time.time()})
-            end_victim(victim)
+            atexit.register(ended, me, victim)  # after the last words, as the process ends
         raise
+
+
+def ended(me: int, victim: int) -> None:
+    """Say that this survivor ended of torch's error; the last to say so ends the victim."""
+    found = json.loads((Path(sys.argv[1]) / f"rank{me}.json").read_text())
+    write_results(me, {**found, "ended": time.time()})
+    end_victim(victim)
 
 
 if __name__ == "__main__":
