@@ -77,3 +77,12 @@ class BoundedStore:
             _given_up.add(key)
             del _threads[key]
             raise RuntimeError(f"the job's store did not answer within {seconds:g} s") from None
+
+
+def release(store: Any) -> None:
+    """End the thread of ``store``'s connection, which its owner closes (its calls are done)."""
+    key = id(_connection(store))
+    thread = _threads.pop(key, None)
+    _given_up.discard(key)
+    if thread is not None:
+        thread.end(0)
