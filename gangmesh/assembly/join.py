@@ -63,8 +63,9 @@ def join_jobs(
         side = Side(request.job, 0, request.plan, request.shards, members)
         arrival = torch.zeros(1, dtype=torch.int64, device=root.device)
         if root.rank == 0:
-            store.delete([f"reports/{request.job}"])  # said by processes before these
             side = arrive(store.calls, side)
+            # said by processes before these; the last arrival's meeting, if none read it since
+            store.delete([f"reports/{request.job}", f"joined/{request.job}/{side.incarnation - 1}"])
             arrival.fill_(side.incarnation)
         root.broadcast(arrival, 0)
         side = Side(side.job, int(arrival.item()), side.plan, side.shards, side.members)

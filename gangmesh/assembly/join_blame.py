@@ -30,7 +30,10 @@ from gangmesh.runtime.gang import GangError
 log = logging.getLogger("gangmesh")
 
 LOOKING = 2.0
-"""Seconds a survivor looks for the culprit, within the 3 s it may take beyond the timeout."""
+"""Seconds a survivor looks for the culprit, within the 3 s it may take beyond the timeout,
+where the peers' connections closed (they may be ending still)."""
+LOOKING_AFTER_TIMEOUT = 0.3
+"""The same where the collective timed out: a process that ended or stopped shows at once."""
 STOPPED_BY_LAUNCHER = "was stopped (SIGTERM) by its launcher"
 _POLL, _POLL_MOST = 0.02, 0.25
 
@@ -83,12 +86,13 @@ def blame(
     ``me``), naming who broke it (see the module docstring); recorded in this process's error
     file, and for its stop line."""
     failed_at = time.time()
+    detail = faults.summary(cause, timeout.total_seconds())
+    looking = LOOKING_AFTER_TIMEOUT if detail.startswith("timed out") else LOOKING
     try:
-        fates = _look(calls, sides, me, transfer)
+        fates = _look(calls, sides, me, transfer, looking)
     except (RuntimeError, ValueError, ConnectionError) as ex:  # the join's store is gone
         log.debug("the join's reports cannot be read: %s", ex)
         fates = []
-    detail = faults.summary(cause, timeout.total_seconds())
     if fates:
         detail = f"{'; '.join(map(str, fates))} ({detail})"
     error = GangError(f"{what}: {detail}")
@@ -100,12 +104,12 @@ def blame(
 
 
 def _look(
-    calls: Any, sides: dict[str, Side], me: tuple[str, int], transfer: Transfer
+    calls: Any, sides: dict[str, Side], me: tuple[str, int], transfer: Transfer, looking: float
 ) -> list[Fate]:
-    """The culprits, looking for up to :data:`LOOKING` seconds; else the hung, the stopped or
-    the members that did not finish."""
+    """The culprits, looking for up to ``looking`` seconds; else the hung, the stopped or the
+    members that did not finish."""
     host = socket.gethostname()
-    deadline = time.monotonic() + LOOKING
+    deadline = time.monotonic() + looking
     pause = _POLL
     while True:
         said = _reports(calls, sides)
@@ -173,19 +177,37 @@ def _hung(
     transfer: Transfer,
     said: set[tuple[str, int]],
 ) -> list[Fate]:
-    """The members of ``transfer`` that never entered it and said nothing: alive and hung
+    """The processes that never entered ``transfer`` and said nothing: those of this host
+    whose main thread stands in the program's own code (not in a collective, where a process
+    waits for a hung one of its job); else the transfer's members among them, alive and hung
     where /proc tells, silent elsewhere."""
     wanted = f"{transfer.epoch.key}:{transfer.number}"
+    absent = [
+        (job, m) for job, side in sides.items() for m in side.members
+        if (job, m.rank) != me and (job, m.rank) not in said
+        and _mark(calls, job, m.rank) != wanted
+    ]  # fmt: skip
+    stuck = []
+    for job, m in absent:
+        alive = m.host == host and faults.process_fate(m.pid, m.started) is None
+        asked = alive and m.dump is not None and m.main is not None
+        stands = faults.where_stands(m.pid, m.dump, m.main) if asked else None  # type: ignore[arg-type]
+        if stands is not None and not stands.in_collective:
+            stuck.append(Fate(job, m, f"is alive but never entered it: it is at {stands.where}"))
+    if stuck:
+        return stuck
     found = []
-    for job, rank in transfer.members:
-        if (job, rank) == me or (job, rank) in said:
+    for job, m in absent:
+        if (job, m.rank) not in transfer.members:
             continue
-        key = f"at/{job}/{rank}"
-        if calls.check([key]) and bytes(calls.get(key)).decode() == wanted:
-            continue
-        member = _member(sides, job, rank)
-        alive = member.host == host and faults.process_fate(member.pid, member.started) is None
+        alive = m.host == host and faults.process_fate(m.pid, m.started) is None
         what = "is alive but never entered it (hung, or busy elsewhere)" if alive else (
             "never entered it and has not said why (hung, stopped or gone)")  # fmt: skip
-        found.append(Fate(job, member, what))
+        found.append(Fate(job, m, what))
     return found
+
+
+def _mark(calls: Any, job: str, rank: int) -> str:
+    """The transfer rank ``rank`` of ``job`` last entered (see :func:`mark`); "" where none."""
+    key = f"at/{job}/{rank}"
+    return bytes(calls.get(key)).decode() if calls.check([key]) else ""

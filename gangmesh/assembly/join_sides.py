@@ -34,18 +34,23 @@ from gangmesh.runtime import faults
 
 
 class Member(NamedTuple):
-    """A process of a joined job: its rank, host, pid and when it started (clock ticks)."""
+    """A process of a joined job: its rank, host, pid, when it started (clock ticks), and where
+    a process of its host asks where it stands (its stack dump's descriptor and main thread;
+    None where it has none)."""
 
     rank: int
     host: str
     pid: int
     started: int | None
+    dump: int | None
+    main: int | None
 
     @classmethod
     def this_process(cls, rank: int) -> Member:
         """This process, as rank ``rank`` of its job."""
         pid = os.getpid()
-        return cls(rank, socket.gethostname(), pid, faults.process_start(pid))
+        dump, main = faults.stack_dumps() or (None, None)
+        return cls(rank, socket.gethostname(), pid, faults.process_start(pid), dump, main)
 
 
 class Epoch(NamedTuple):

@@ -65,6 +65,8 @@ class JoinedJobs:
         self._plans: dict[str, PushPlan] = {}
         self._listener = self._report
         faults.listen_outside(self._listener)
+        self._told: str | None = f"joined/{self.job}/{mine.incarnation}"
+        """The key rank 0 told the others how the meeting went in, until they all read it."""
 
     @property
     def address(self) -> str:
@@ -222,6 +224,9 @@ class JoinedJobs:
             )
             said.copy_(torch.tensor([epoch.first, epoch.second, int(ready)]))
         self._root.broadcast(said, 0)
+        if self._root.rank == 0 and self._told is not None:  # every rank read it: they are here
+            self._store.delete([self._told])
+            self._told = None
         first, second, ready = said.tolist()
         if (first, second) != now:
             self._switch(Epoch(first, second))

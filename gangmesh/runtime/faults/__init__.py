@@ -34,6 +34,9 @@ from gangmesh.runtime.faults.outside import note as note_outside
 from gangmesh.runtime.faults.peer_state import TERMINATED
 from gangmesh.runtime.faults.peer_state import fate as process_fate
 from gangmesh.runtime.faults.peer_state import start_time as process_start
+from gangmesh.runtime.faults.stacks import Standing
+from gangmesh.runtime.faults.stacks import ask as where_stands
+from gangmesh.runtime.faults.stacks import install as stack_dumps
 from gangmesh.runtime.faults.torch_calls import consequence
 from gangmesh.runtime.faults.torch_errors import summary
 
@@ -41,6 +44,7 @@ __all__ = [
     "TERMINATED",
     "Call",
     "Listener",
+    "Standing",
     "before_exit",
     "channel",
     "close_reports",
@@ -57,8 +61,10 @@ __all__ = [
     "process_start",
     "record_named",
     "shut_down",
+    "stack_dumps",
     "store_keeper",
     "summary",
+    "where_stands",
     "write_for_unseen",
 ]
 

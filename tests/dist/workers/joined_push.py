@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 from common import write_results
@@ -32,6 +33,7 @@ from gangmesh.plan.shards import Box
 
 def main() -> None:
     role, address = sys.argv[2], sys.argv[3]
+    sys.argv[1] = str(Path(sys.argv[1]) / role)  # where write_results writes
     layouts = {"trainer": LAYOUTS[sys.argv[4]], "generator": LAYOUTS[sys.argv[5]]}
     steps = int(sys.argv[6])
     training = role == "trainer"

@@ -1,0 +1,192 @@
+"""Two jobs launched apart (two torchrun commands, each its own world, store and layout),
+joined at a join server this test serves: weight pushes bit-identical from layout to layout,
+each fault of either job named on every rank of the other within the timeout and 3 s while
+that one trains on, and the broken job, restarted by torchrun, met again in the next epoch.
+
+workers/joined_push.py pushes from FSDP2 x TP (2 x 2) to TP 2 x 2 replicas. In
+workers/joined_faults.py the trainer (FSDP2 over 2 processes) pushes to the generator (tp 2),
+and each job in turn breaks, attempt after attempt of its torchrun (raise, kill, stop, hang),
+in two runs side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gangmesh as gm
+from tests.dist.launch import Run, torchrun
+
+pytestmark = pytest.mark.dist
+
+KINDS = ("raise", "kill", "stop", "hang")
+TIMEOUT = 3.0
+"""The workers' join timeout, seconds."""
+FATES = {
+    "raise": r"raised ValueError: the rollout buffer is corrupt \(",
+    "kill": r"was killed by SIGKILL|is gone: it exited or was killed",
+    "stop": r"is stopped \(SIGSTOP, SIGTSTP or a debugger\)",
+    "hang": r"is alive but never entered it: it is at joined_faults\.py:\d+ in break_down: ",
+}
+COUNTERS = 2
+"""Keys a join leaves in its server's store: each job's count of its arrivals."""
+OTHER = {"trainer": "generator", "generator": "trainer"}
+
+
+@dataclass
+class Launch:
+    """One job's torchrun command: the worker, its processes, arguments, torchrun options."""
+
+    worker: str
+    nproc: int
+    args: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    """torchrun's options; its workers are forked from it (``--start-method=fork``), which has
+    imported torch: a restart takes a second, not the several a new interpreter takes."""
+
+
+def launched_apart(server: gm.JoinServer, out: Path, jobs: dict[str, Launch]) -> dict[str, Run]:
+    """Each job (by name) under a torchrun of its own, all at once, joined at ``server``."""
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        runs = {
+            name: pool.submit(
+                torchrun,
+                job.worker,
+                job.nproc,
+                str(out),
+                name,
+                server.address,
+                *job.args,
+                timeout=240,
+                options=("--start-method=fork", *job.options),
+            )
+            for name, job in jobs.items()
+        }
+        return {name: run.result() for name, run in runs.items()}
+
+
+def results(folder: Path) -> dict[int, dict[str, Any]]:
+    return {
+        int(p.stem.removeprefix("rank")): json.loads(p.read_text())
+        for p in folder.glob("rank*.json")
+    }
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pushed")
+    with gm.serve_join() as server:
+        args = ("fsdp_tp", "tp_dp", "3")
+        runs = launched_apart(server, out, {
+            "trainer": Launch("joined_push.py", 4, args),
+            "generator": Launch("joined_push.py", 4, args),
+        })  # fmt: skip
+        keys = server.keys()
+    for run in runs.values():
+        assert run.returncode == 0, run.output
+    return results(out / "trainer"), results(out / "generator"), keys
+
+
+def test_a_push_from_fsdp_x_tp_to_tp_replicas_is_bit_identical_to_the_whole_weights(pushed):
+    trainer, generator, _ = pushed
+    for step, said in enumerate(trainer[0]["steps"]):
+        assert said["pushed"]
+        for g, got in generator.items():
+            assert got["steps"][step]["version"] == step
+            wanted = {name: digests[g] for name, digests in said["wanted"].items()}
+            assert got["steps"][step]["held"] == wanted, (step, g)
+
+
+def test_every_trainer_rank_sends_its_own_shard_and_no_more(pushed):
+    trainer, _, keys = pushed
+    total, senders = trainer[0]["total"], trainer[0]["senders"]
+    for rank, said in trainer.items():
+        # a quarter each (pieces padded to 16 bytes in the buffer): no rank gathers the rest
+        assert total / senders <= said["sent"] <= total / senders + 16 * 8, (rank, said["sent"])
+    assert keys == COUNTERS
+
+
+def breaking(server: gm.JoinServer, out: Path, victim: str) -> dict[str, Run]:
+    """The trainer and the generator, joined at ``server``: ``victim`` breaks in each of its
+    torchrun's attempts but the last, one kind of fault after another."""
+    restarts = (f"--max-restarts={len(KINDS)}",)
+    return launched_apart(server, out, {
+        job: Launch("joined_faults.py", 2, (victim, ",".join(KINDS)), restarts if job == victim else ())
+        for job in ("trainer", "generator")
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    """Two runs side by side: in one the generator breaks, in the other the trainer; what the
+    survivors said, what the victims did, and the keys left in each join's store."""
+    out = tmp_path_factory.mktemp("faults")
+    found = {}
+    with gm.serve_join() as first, gm.serve_join() as second, ThreadPoolExecutor(2) as pool:
+        servers = {"generator": first, "trainer": second}
+        started = {v: pool.submit(breaking, server, out / v, v) for v, server in servers.items()}
+        runs = {victim: run.result() for victim, run in started.items()}
+        keys = {victim: server.keys() for victim, server in servers.items()}
+    for victim, jobs in runs.items():
+        for run in jobs.values():
+            assert run.returncode == 0, run.output
+        folder = out / victim
+        attempts = {p.stem: json.loads(p.read_text()) for p in (folder / "attempts").glob("*.json")}
+        found[victim] = {
+            "survivor": results(folder / "survivor"),
+            "victims": results(folder / "victim"),
+            "attempts": attempts,
+            "keys": keys[victim],
+        }
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("victim", ["generator", "trainer"])
+def test_every_rank_of_the_other_job_names_the_fault_within_the_timeout_and_3_s(
+    faults, victim, kind
+):
+    attempt = KINDS.index(kind)
+    broke = faults[victim]["victims"][attempt]
+    assert broke["kind"] == kind
+    for rank, said in faults[victim]["survivor"].items():
+        error = said["errors"][attempt]
+        text = error["error"]
+        assert error["job"] == victim and error["culprits"] == [broke["rank"]], text
+        who = rf"rank {broke['rank']} of job {victim} on host {re.escape(said['host'])} \(pid {broke['pid']}\) "
+        assert re.search(who + f"(?:{FATES[kind]})", text), text
+        assert error["at"] - broke["broke_at"] <= TIMEOUT + 3, (rank, text)
+        assert "GLHF" not in text and ".cc:" not in text, "torch's text is left to __cause__"
+        # the survivor trained on, with its own groups, after the fault
+        assert error["own_steps_after"] > 0, text
+
+
+@pytest.mark.parametrize("victim", ["generator", "trainer"])
+def test_the_restarted_job_joins_the_next_epoch_and_the_pushes_go_on(faults, victim):
+    survivor = faults[victim]["survivor"]
+    for said in survivor.values():
+        after = [[t for t in said["transfers"] if t["after"] == n] for n in range(len(KINDS) + 1)]
+        assert all(after), "a transfer after each fault, and before the first"
+        epochs = [t[0]["epoch"] for t in after]
+        assert epochs == sorted(set(epochs)), "each restart met in a later epoch"
+    attempts = faults[victim]["attempts"]
+    for rank in (0, 1):
+        last = attempts[f"{len(KINDS)}-{rank}"]
+        assert len(last["transfers"]) == 3, "the last attempt ran through"
+    assert faults[victim]["keys"] == COUNTERS, "no key left behind by 5 attempts"
+
+
+def test_a_restarted_generator_gets_the_trainer_s_current_weights(faults):
+    trainer = faults["generator"]["survivor"]
+    pushed = {t["version"]: t["wanted"] for t in trainer[0]["transfers"]}
+    for name, record in faults["generator"]["attempts"].items():
+        generator_rank = int(name.split("-")[1])
+        for got in record["transfers"]:
+            wanted = {n: digests[generator_rank] for n, digests in pushed[got["version"]].items()}
+            assert got["held"] == wanted, (name, got["version"])
