@@ -51,7 +51,7 @@ def join_jobs(
         the root gang's less 5 s).
     :param wait: how long to wait for the other job (default: ``timeout``).
     :raises TypeError, ValueError: an argument that is not so, naming it (before any process
-        waits).
+        waits); shards unlike the other job's (once met: on both jobs).
     :raises GangError: no join server answers, the other job did not come within ``wait``
         (named, with its rank 0 where it arrived), or a rank of this job did not come.
     """
