@@ -83,7 +83,7 @@ class EpochGangs:
         store = dist.PrefixStore(prefix, self._store.rendezvous)  # type: ignore[attr-defined]
         gang = BridgeGang(
             store, members.index(self._me), len(members), self._device, self._timeout,
-            name=name, blame=self._blame_for(members),
+            name=name, members=members, blame=self._blame_for(members),
         )  # fmt: skip
         self._gangs.append(gang)
         return gang

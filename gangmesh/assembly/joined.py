@@ -30,8 +30,8 @@ from gangmesh.plan.join_plan import JoinPlan
 from gangmesh.plan.push_plan import PushPlan
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import faults
-from gangmesh.runtime.bridge_gang import Blame, Pending
-from gangmesh.runtime.gang import Gang, GangError, ReduceOperation
+from gangmesh.runtime.bridge_gang import Blame, BridgeGang, Pending
+from gangmesh.runtime.gang import GangError, ReduceOperation
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 log = logging.getLogger("gangmesh")
@@ -103,11 +103,12 @@ class JoinedJobs:
             plan = self._plans[sender] = PushPlan(a.plan, a.shards, b.plan, b.shards)
         return plan
 
-    def bridge(self, **ranks_by_job: list[int]) -> Gang | None:
+    def bridge(self, **ranks_by_job: list[int]) -> BridgeGang | None:
         """A gang of the ranks named by job (``bridge(trainer=[0], generator=[0, 1])``); None
         on the processes not named. Every process of both jobs calls it in the same epoch with
         the same ranks, in the same order as its other bridges; its ranks are each job's ranks
-        ascending, the jobs by name. It belongs to the epoch: a new epoch closes it.
+        ascending, the jobs by name (``bridge.members.index(("trainer", 0))`` is where rank 0
+        of the trainer sits). It belongs to the epoch: a new epoch closes it.
 
         :param ranks_by_job: job name -> ranks of that job.
         :raises ValueError: an unknown job, no ranks, or a rank outside its job.

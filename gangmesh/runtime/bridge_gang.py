@@ -54,6 +54,7 @@ class BridgeGang(PlacedGang):
     :param device: where the tensors live: gloo for a CPU, NCCL for a CUDA device.
     :param timeout: the timeout of its collectives, and of its members' meeting.
     :param name: its label in messages.
+    :param members: who each member is, by gang rank (in a join: its job and rank there).
     :param blame: the GangError of a failed collective.
     :raises GangError: the members did not all come within ``timeout``.
     """
@@ -67,8 +68,12 @@ class BridgeGang(PlacedGang):
         timeout: timedelta,
         *,
         name: str,
+        members: tuple[tuple[str, int], ...],
         blame: Blame,
     ) -> None:
+        self.members = members
+        """Who each member is, by gang rank: ``bridge.members.index(("trainer", 0))`` is the
+        gang rank of rank 0 of job trainer."""
         self._rank, self._size, self._device = rank, size, normalized_device(device)
         self._name, self._blame, self.timeout = name, blame, timeout
         try:

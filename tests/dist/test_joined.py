@@ -103,6 +103,20 @@ def test_a_push_from_fsdp_x_tp_to_tp_replicas_is_bit_identical_to_the_whole_weig
             assert got["steps"][step]["held"] == wanted, (step, g)
 
 
+def test_a_bridge_joins_the_ranks_asked_and_bad_input_is_refused_by_name(pushed):
+    trainer, generator, _ = pushed
+    for rank, got in generator.items():
+        assert got["bridged"] == [rank, 5, 42.0]  # the generator's ranks first: jobs by name
+    assert trainer[0]["bridged"] == [4, 5, 42.0] and "bridged" not in trainer[1]
+    for rank, got in [*trainer.items(), *generator.items()]:
+        assert got["bad_rank"] == "generator: expected ranks in [0, 4), got [4]", rank
+        assert "ranks_by_job: unknown job 'critic'" in got["bad_job"], rank
+        assert re.match(
+            r"tensors\['0\.bias'\]: expected this rank's shard \[\d+:\d+\] of \[16\]",
+            got["bad_tensors"],
+        )
+
+
 def test_every_trainer_rank_sends_its_own_shard_and_no_more(pushed):
     trainer, _, keys = pushed
     total, senders = trainer[0]["total"], trainer[0]["senders"]

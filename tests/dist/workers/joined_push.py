@@ -11,6 +11,7 @@ it received and the digests of what it holds.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,6 +32,15 @@ import gangmesh as gm
 from gangmesh.plan.shards import Box
 
 
+def refused(call: Callable[[], object]) -> str:
+    """The message of the ValueError a call raises."""
+    try:
+        call()
+    except ValueError as ex:
+        return str(ex)
+    return "not refused"
+
+
 def main() -> None:
     role, address = sys.argv[2], sys.argv[3]
     sys.argv[1] = str(Path(sys.argv[1]) / role)  # where write_results writes
@@ -46,6 +56,21 @@ def main() -> None:
     )  # fmt: skip
     plan = joined.push_plan("trainer")
     out: dict[str, object] = {"epoch": joined.epoch, "steps": []}
+    # bad input: refused on each process before it waits for another
+    out["bad_rank"] = refused(lambda: joined.bridge(trainer=[0], generator=[4]))
+    out["bad_job"] = refused(lambda: joined.bridge(critic=[0]))
+    wrong = {name: t.double() for name, t in local_shards(model).items()}
+    out["bad_tensors"] = refused(
+        lambda: joined.push(0, wrong) if training else joined.receive(wrong)
+    )
+    # a bridge: trainer rank 0 to every generator rank
+    bridge = joined.bridge(
+        trainer=[0], generator=list(range(joined.plan.plans["generator"].world_size))
+    )
+    if bridge is not None:
+        said = torch.tensor([42.0 if training else 0.0])
+        bridge.broadcast(said, bridge.members.index(("trainer", 0)))
+        out["bridged"] = [bridge.rank, bridge.size, said.item()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1) if training else None
     for step in range(steps):
         if optimizer is not None:
