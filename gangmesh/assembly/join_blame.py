@@ -69,8 +69,9 @@ def report(calls: Any, job: str, member: Member, what: str) -> None:
 
 
 def mark(calls: Any, job: str, rank: int, transfer: Transfer) -> None:
-    """Say that rank ``rank`` of ``job`` enters ``transfer``."""
-    calls.set(f"at/{job}/{rank}", f"{transfer.epoch.key}:{transfer.number}")
+    """Say that rank ``rank`` of ``job`` enters ``transfer`` (not waited for: it is read only
+    after a collective of the transfer failed, by then long written)."""
+    calls.send("set", f"at/{job}/{rank}", f"{transfer.epoch.key}:{transfer.number}")
 
 
 def blame(

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from gangmesh.assembly.join_sides import Epoch
 from gangmesh.assembly.join_store import JoinStore
+from gangmesh.assembly.weight_push import buffer
 from gangmesh.plan.push_plan import PushPlan, Route
 from gangmesh.runtime import _c10d
 from gangmesh.runtime.bridge_gang import Blame, BridgeGang
@@ -44,16 +45,19 @@ class EpochGangs:
         self.epoch = epoch
         self._store, self._me, self._device, self._timeout = store, me, device, timeout
         self._blame_for = blame_for
-        self._routes: dict[str, list[tuple[Route, BridgeGang]]] = {}
+        self._routes: dict[str, list[tuple[Route, BridgeGang, torch.Tensor]]] = {}
         self._gangs: list[BridgeGang] = []
         self._spaces: dict[str, int] = {}
         """The namespace of every bridge of the epoch, this process's or not, and its size."""
         self._bridges = 0
 
-    def routes(self, plan: PushPlan, sender: str, receiver: str) -> list[tuple[Route, BridgeGang]]:
+    def routes(
+        self, plan: PushPlan, sender: str, receiver: str
+    ) -> list[tuple[Route, BridgeGang, torch.Tensor]]:
         """The routes of a push from ``sender`` to ``receiver`` that this process is in, with
-        their bridges (made on the first call, in the order of the routes: every member makes
-        them in one order).
+        their bridges and buffers (made on the first call, the bridges in the order of the
+        routes: every member makes them in one order; the buffers kept for the epoch's pushes:
+        memory touched once, not at every push).
 
         :raises GangError: a member did not come to a bridge's meeting.
         """
@@ -64,7 +68,7 @@ class EpochGangs:
                 members = ((sender, route.sender), *((receiver, r) for r in route.receivers))
                 gang = self._gang(f"push-{sender}/{index}", members, f"push {sender} {index}")
                 if gang is not None:
-                    found.append((route, gang))
+                    found.append((route, gang, buffer(route, self._device)))
         return found
 
     def bridge(self, members: Members) -> BridgeGang | None:

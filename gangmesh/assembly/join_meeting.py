@@ -99,14 +99,32 @@ def outcome(calls: Any, job: str, incarnation: int, wait: timedelta) -> Epoch:
     raise error
 
 
-def current_epoch(calls: Any, mine: Side, other: str, now: Epoch) -> tuple[Epoch, bool]:
-    """The leader, at a push or receive: the epoch of this job's and the other job's last
-    arrivals (``now`` where the other job is gone), said to be this job's; and whether the
-    other job is in it too."""
-    found = latest(calls, other)
-    if found is None:
-        return now, False
-    epoch = epoch_of(mine, found)
-    if epoch != now or not is_ready(calls, epoch, mine.job):
-        say_ready(calls, epoch, mine.job)
-    return epoch, is_ready(calls, epoch, other)
+class Lookout:
+    """The leader's look, at each push or receive, for the epoch to be in from the next one on:
+    that of this job's and the other job's last arrivals (the other job's read again only
+    where its number changed), said to be this job's; and whether the other job is in it too
+    (asked until it is)."""
+
+    def __init__(self, calls: Any, other: Side, epoch: Epoch) -> None:
+        self._calls, self._other = calls, other
+        self._said = self._ready = epoch
+
+    def look(self, mine: Side, now: Epoch) -> tuple[Epoch, bool]:
+        """The epoch, and whether the other job is in it; ``now``, not ready, where the other
+        job left the join."""
+        key = f"latest/{self._other.job}"
+        if not self._calls.check([key]):
+            return now, False
+        if int(self._calls.get(key)) != self._other.incarnation:
+            found = latest(self._calls, self._other.job)
+            self._other = found if found is not None else self._other
+        epoch = epoch_of(mine, self._other)
+        if epoch == self._ready:
+            return epoch, True
+        if epoch != self._said:
+            say_ready(self._calls, epoch, mine.job)
+            self._said = epoch
+        if is_ready(self._calls, epoch, self._other.job):
+            self._ready = epoch
+            return epoch, True
+        return epoch, False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any, final
+from typing import final
 
 import torch
 from typing_extensions import override
@@ -25,7 +25,15 @@ from gangmesh.assembly.join_gangs import EpochGangs, Members, members_of
 from gangmesh.assembly.join_setup import JoinRequest
 from gangmesh.assembly.join_sides import Epoch, Side
 from gangmesh.assembly.join_store import JoinStore
-from gangmesh.assembly.weight_push import buffer, check_tensors, header, pack, unpack
+from gangmesh.assembly.weight_push import (
+    check_tensors,
+    direct,
+    header,
+    landing,
+    pack,
+    sent,
+    unpack,
+)
 from gangmesh.plan.join_plan import JoinPlan
 from gangmesh.plan.push_plan import PushPlan
 from gangmesh.plan.topology import MeshTopology
@@ -67,6 +75,11 @@ class JoinedJobs:
         faults.listen_outside(self._listener)
         self._told: str | None = f"joined/{self.job}/{mine.incarnation}"
         """The key rank 0 told the others how the meeting went in, until they all read it."""
+        self._next = (epoch, True)
+        """The epoch of the next push or receive, and whether the other job is in it."""
+        self._lookout = join_meeting.Lookout(store.calls, other, epoch)
+        """Rank 0's look for the epoch after."""
+        self._closed = False
 
     @property
     def address(self) -> str:
@@ -129,7 +142,8 @@ class JoinedJobs:
         """Send this rank's shards of the tensors to the other job's ranks that hold them
         (each receives every element from one sender; no rank gathers), with ``version`` (say,
         the step). Every rank of this job calls it as the other job's call :meth:`receive`.
-        False, at once, where the other job is not in the epoch (gone, or not back yet).
+        False, at once, where the other job is not in the epoch (gone, not back yet, or this
+        job's last push failed).
 
         :param version: what the receivers read back.
         :param tensors: tensor name -> this rank's shard, as its side's TensorShards say.
@@ -141,10 +155,7 @@ class JoinedJobs:
             raise TypeError(f"version: expected an int (the step, say), got {version!r}")
         plan = self.push_plan()
         checked = check_tensors(tensors, plan, self._root.rank, True, self._root.device)
-        if not self._step_in():
-            return False
-        self._transfer(plan, checked, version)
-        return True
+        return self._transfer(plan, checked, version) is not None
 
     def receive(self, tensors: Mapping[str, torch.Tensor]) -> int | None:
         """Overwrite this rank's shards of the tensors with those the other job pushes; the
@@ -157,15 +168,14 @@ class JoinedJobs:
         """
         plan = self.push_plan(self.other)
         checked = check_tensors(tensors, plan, self._root.rank, False, self._root.device)
-        if not self._step_in():
-            return None
         return self._transfer(plan, checked, None)
 
     def close(self) -> None:
         """Close the bridges, take this job's keys out of the join's store and disconnect;
         later calls do nothing. Communicates with no peer."""
-        if self._store.calls is None:
+        if self._closed:
             return
+        self._closed = True
         faults.forget_outside(self._listener)
         self._gangs.close()
         mine = self._sides[self.job]
@@ -214,25 +224,6 @@ class JoinedJobs:
         """This process ends: say so in the join's store (bounded)."""
         report(self._store.calls, self.job, self._sides[self.job].members[self._root.rank], what)
 
-    def _step_in(self) -> bool:
-        """Every rank of this job: the epoch to be in from now on, as rank 0 finds it; whether
-        the other job is in it too."""
-        now = self._gangs.epoch
-        said = torch.zeros(3, dtype=torch.int64, device=self._root.device)
-        if self._root.rank == 0:
-            epoch, ready = join_meeting.current_epoch(
-                self._store.calls, self._sides[self.job], self.other, now
-            )
-            said.copy_(torch.tensor([epoch.first, epoch.second, int(ready)]))
-        self._root.broadcast(said, 0)
-        if self._root.rank == 0 and self._told is not None:  # every rank read it: they are here
-            self._store.delete([self._told])
-            self._told = None
-        first, second, ready = said.tolist()
-        if (first, second) != now:
-            self._switch(Epoch(first, second))
-        return bool(ready)
-
     def _switch(self, epoch: Epoch) -> None:
         """Leave the current epoch (its bridges closed, its keys taken out by rank 0) for
         ``epoch``, reading the other job's arrival it pairs."""
@@ -257,48 +248,94 @@ class JoinedJobs:
 
     def _transfer(
         self, plan: PushPlan, tensors: dict[str, torch.Tensor], version: int | None
-    ) -> int:
-        """Send (``version`` given) or receive the routes of this rank; the version received.
-        Every rank of this job learns whether every rank's routes went through.
+    ) -> int | None:
+        """Send (``version`` given) or receive this rank's routes, in the epoch the last call
+        found; the version pushed, None where the other job was not in it. Every rank of this
+        job learns whether every rank's routes went through, and the epoch of the next call.
 
         :raises GangError: a route failed (here or on another rank of this job).
         """
-        self._transfers += 1
-        epoch = self._gangs.epoch
-        rank = self._root.rank
-        mark(self._store.calls, self.job, rank, Transfer(epoch, self._transfers, ()))
-        sender = self.job if version is not None else self.other
-        receiver = self.other if version is not None else self.job
+        epoch, ready = self._next
+        if epoch != self._gangs.epoch:
+            self._switch(epoch)
         failure, got = None, None
-        try:
-            started: list[tuple[Any, Pending, torch.Tensor]] = []
-            for route, gang in self._gangs.routes(plan, sender, receiver):
-                data = (pack(route, plan, tensors, version, epoch.number) if version is not None
-                        else buffer(route, self._root.device))  # fmt: skip
-                started.append((route, gang.start_broadcast(data, 0), data))
-            for route, pending, data in started:
-                pending.wait()
-                if version is None:
-                    got = header(data)[0]
-                    unpack(route, plan, data, rank, tensors)
-        except GangError as error:
-            failure = error
-        return self._agree(failure, version if version is not None else got)
+        if ready:
+            self._transfers += 1
+            rank = self._root.rank
+            mark(self._store.calls, self.job, rank, Transfer(epoch, self._transfers, ()))
+            sender, receiver = (
+                (self.job, self.other) if version is not None else (self.other, self.job)
+            )
+            try:
+                got = self._cross(plan, sender, receiver, tensors, version)
+            except GangError as error:
+                failure = error
+        return self._agree(failure, version if version is not None else got, ready)
 
-    def _agree(self, failure: GangError | None, version: int | None) -> int:
-        """Every rank of this job: the version pushed, once every rank's routes went through;
-        else the GangError of a failure on any rank of it (rank 0 then arrives again, for the
-        next epoch)."""
+    def _cross(
+        self,
+        plan: PushPlan,
+        sender: str,
+        receiver: str,
+        tensors: dict[str, torch.Tensor],
+        version: int | None,
+    ) -> int | None:
+        """This rank's routes: every broadcast started, then waited for; a receiver's pieces
+        then put in place. The version received (None for a sender, or a rank in no route).
+
+        :raises GangError: a broadcast failed.
+        """
+        epoch, rank = self._gangs.epoch, self._root.rank
+        waits: list[Pending] = []
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        buffers = []
+        for route, gang, data in self._gangs.routes(plan, sender, receiver):
+            if version is not None:
+                pack(route, plan, tensors, version, epoch.number, data)
+            waits.append(gang.start_broadcast(data, 0))
+            buffers.append((route, data))
+            for piece in direct(route):
+                if version is not None:
+                    waits.append(gang.start_broadcast(sent(piece, plan, rank, tensors), 0))
+                    continue
+                into, then = landing(piece, plan, rank, tensors)
+                waits.append(gang.start_broadcast(into, 0))
+                if then is not None:
+                    copies.append((into, then))
+        for pending in waits:
+            pending.wait()
+        if version is not None or not buffers:
+            return None
+        for route, data in buffers:
+            unpack(route, plan, data, rank, tensors)
+        for into, then in copies:
+            then.copy_(into)
+        return header(buffers[0][1])[0]
+
+    def _agree(self, failure: GangError | None, version: int | None, ready: bool) -> int | None:
+        """Every rank of this job: the version pushed, where every rank's routes went through
+        (None where there were none); else the GangError of a failure on any rank of it (rank
+        0 then arrives again, for the next epoch). With it, the epoch of the next call, as rank
+        0 finds it (one collective for both)."""
         key = f"finding/{self._gangs.epoch.key}/{self.job}"
         if failure is not None:
             said = {"error": str(failure), "culprits": list(failure.culprits), "job": failure.job}
             self._store.calls.compare_set(key, "", json.dumps(said))
-        seen = [int(failure is not None), _NONE if version is None else version]
+        nothing = [-1, -1, -1]
+        if self._root.rank == 0:
+            found, next_ready = self._lookout.look(self._sides[self.job], self._gangs.epoch)
+            nothing = [found.first, found.second, int(next_ready)]
+        seen = [int(failure is not None), _NONE if version is None else version, *nothing]
         agreed = torch.tensor(seen, dtype=torch.int64, device=self._root.device)
         self._root.all_reduce(agreed, ReduceOperation.MAX)
-        failed, pushed = agreed.tolist()
+        failed, pushed, first, second, next_ready = agreed.tolist()
+        if self._root.rank == 0 and self._told is not None:  # every rank read it: they are here
+            self._store.delete([self._told])
+            self._told = None
         if not failed:
-            return int(pushed)
+            self._next = (Epoch(first, second), bool(next_ready))
+            return int(pushed) if ready and pushed != _NONE else None
+        self._next = (self._gangs.epoch, False)  # the epoch is over: the next call looks again
         if self._root.rank == 0:
             self._sides[self.job] = join_sides.arrive(self._store.calls, self._sides[self.job])
         if failure is None:

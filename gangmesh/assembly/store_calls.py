@@ -58,6 +58,21 @@ class BoundedStore:
 
         return call
 
+    def send(self, name: str, *args: Any) -> None:
+        """The store's ``name(*args)``, not waited for: the calls after it wait behind it (one
+        that it holds is given up on in its turn); nothing where the connection was given up."""
+        key = id(_connection(self._store))
+        if key not in _given_up:
+            method = getattr(self._store, name)
+            self._thread(key).send(lambda: method(*args))
+
+    def _thread(self, key: int) -> CallThread:
+        """The thread of connection ``key``, made on its first call."""
+        thread = _threads.get(key)
+        if thread is None:
+            thread = _threads[key] = CallThread("gangmesh-store-calls")
+        return thread
+
     def _bounded(self, name: str, args: tuple[Any, ...], seconds: float) -> Any:
         """The store's ``name(*args)``, given up on after ``seconds``.
 
@@ -67,9 +82,7 @@ class BoundedStore:
         key = id(_connection(self._store))
         if key in _given_up:
             raise RuntimeError("the job's store did not answer an earlier call")
-        thread = _threads.get(key)
-        if thread is None:
-            thread = _threads[key] = CallThread("gangmesh-store-calls")
+        thread = self._thread(key)
         method = getattr(self._store, name)
         try:
             return thread.call(lambda: method(*args), seconds)

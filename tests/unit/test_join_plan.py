@@ -10,7 +10,17 @@ import pytest
 import torch
 
 import gangmesh as gm
-from gangmesh.assembly.weight_push import buffer, check_tensors, header, pack, unpack
+from gangmesh.assembly import weight_push
+from gangmesh.assembly.weight_push import (
+    buffer,
+    check_tensors,
+    direct,
+    header,
+    landing,
+    pack,
+    sent,
+    unpack,
+)
 from gangmesh.plan.join_plan import JoinPlan, plan_from_record, plan_record
 from gangmesh.plan.push_plan import PushPlan
 from gangmesh.plan.shards import Box, TensorShards
@@ -39,10 +49,16 @@ def test_each_trainer_shard_goes_to_the_generator_ranks_of_its_tp_rank_only():
     assert weights[2, (0, 2)] == ["[2:4, 0:6]"] and weights[3, (1, 3)] == ["[6:8, 0:6]"]
 
 
-def test_pieces_of_mixed_dtypes_cross_a_buffer_bit_identical():
-    plan = PushPlan(TRAINER, SENT, GENERATOR, RECEIVED)
+def test_pieces_of_mixed_dtypes_cross_bit_identical_packed_or_on_their_own(monkeypatch):
+    # "big" is split by columns on the receivers: its pieces (256 KiB, on their own here) land
+    # in a part of the receiver's tensor that is not one run of memory, and are copied there
+    monkeypatch.setattr(weight_push, "DIRECT", 256 * 1024)
+    shards = {**SENT, "big": TensorShards((4096, 128), "float32", {0: ("tp", "dp_shard")})}
+    wanted = {**RECEIVED, "big": TensorShards((4096, 128), "float32", {1: ("tp",)})}
+    plan = PushPlan(TRAINER, shards, GENERATOR, wanted)
+    assert any(direct(route) for route in plan.routes)
     torch.manual_seed(0)
-    whole = {"w": torch.randn(8, 6).bfloat16(), "b": torch.randn(5)}
+    whole = {"w": torch.randn(8, 6).bfloat16(), "b": torch.randn(5), "big": torch.randn(4096, 128)}
 
     def part(name: str, box: Box) -> torch.Tensor:
         return whole[name][box.within(Box((0,) * whole[name].dim(), tuple(whole[name].shape)))]
@@ -51,11 +67,17 @@ def test_pieces_of_mixed_dtypes_cross_a_buffer_bit_identical():
     for receiver in range(4):
         mine = {n: torch.zeros_like(part(n, plan.receiver_box(n, receiver))) for n in whole}
         for route in plan.routes:
-            if receiver in route.receivers:
-                data = pack(route, plan, held[route.sender], version=7, epoch=3)
-                assert data.numel() == buffer(route, torch.device("cpu")).numel()
-                assert header(data) == (7, 3)
-                unpack(route, plan, data, receiver, mine)
+            if receiver not in route.receivers:
+                continue
+            data = buffer(route, torch.device("cpu"))
+            pack(route, plan, held[route.sender], 7, 3, data)
+            assert header(data) == (7, 3)
+            unpack(route, plan, data, receiver, mine)
+            for piece in direct(route):  # what a broadcast of the piece does
+                into, then = landing(piece, plan, receiver, mine)
+                into.copy_(sent(piece, plan, route.sender, held[route.sender]))
+                if then is not None:
+                    then.copy_(into)
         for name in whole:
             assert torch.equal(mine[name], part(name, plan.receiver_box(name, receiver)))
 
