@@ -9,9 +9,10 @@ processes:
 
 - push: ``joined.push`` / ``joined.receive`` (each trainer rank packs its own shard, one
   broadcast per route to the generator ranks that hold it, the agreement in each job);
-- raw: ``broadcast`` of buffers of the same bytes, on groups of the same ranks made with
-  torch's public ``ProcessGroupGloo`` on the same server (what the routes carry, nothing
-  else). Target: push at most 1.1x raw;
+- raw: the same broadcasts of the same bytes, from and into the same tensors, on groups of
+  the same ranks made with torch's public ``ProcessGroupGloo`` on the same server: what the
+  routes carry, without the push's header, marks, naming, versions and agreement. Target:
+  push at most 1.1x raw;
 - gather: trainer rank 0 gathers every shard (``dist.gather`` on the trainer's world),
   assembles the whole weights and broadcasts them to all 4 generator ranks, which cut out
   their shards. Target: push at least 1.5x faster;
@@ -41,6 +42,7 @@ import torch.distributed as dist
 
 import gangmesh as gm
 from benchmarks.report import free_port, json_argument, print_table, write_json
+from gangmesh.assembly.weight_push import landing, sent
 from gangmesh.plan.push_plan import PushPlan
 
 TITLE = "Weight push between two jobs launched apart (FSDP2 2 x TP 2 -> TP 2 x 2 replicas, gloo)"
@@ -68,7 +70,14 @@ class Baselines:
     """The raw broadcasts of each route, and rank 0's gather and broadcast, on groups of the
     same ranks made on the join server (a namespace of their own)."""
 
-    def __init__(self, role: str, root: gm.Gang, plan: PushPlan, address: str) -> None:
+    def __init__(
+        self,
+        role: str,
+        root: gm.Gang,
+        plan: PushPlan,
+        address: str,
+        tensors: dict[str, torch.Tensor],
+    ) -> None:
         host, port = address.rsplit(":", 1)
         self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=120))
         self.role, self.root, self.plan = role, root, plan
@@ -81,7 +90,12 @@ class Baselines:
                 group = dist.ProcessGroupGloo(
                     store, members.index(me), len(members), timedelta(seconds=120)
                 )
-                self.routes.append((group, torch.empty(route.nbytes + 16, dtype=torch.uint8)))
+                pieces = [  # the broadcasts the push makes, from and into the same tensors
+                    sent(p, plan, root.rank, tensors) if role == "trainer"
+                    else landing(p, plan, root.rank, tensors)[0]
+                    for p in route.pieces
+                ]  # fmt: skip
+                self.routes.append((group, pieces))
         whole = [("trainer", 0), *(("generator", g) for g in range(4))]
         self.whole = torch.empty(plan.total_bytes // 4, dtype=torch.float32)
         self.fan = None
@@ -91,7 +105,7 @@ class Baselines:
 
     def raw(self) -> None:
         options = dist.BroadcastOptions()
-        works = [group.broadcast([data], options) for group, data in self.routes]
+        works = [group.broadcast([t], options) for group, pieces in self.routes for t in pieces]
         for work in works:
             work.wait()
 
@@ -128,7 +142,7 @@ def worker(role: str, out: str, address: str, mib: int, pairs: int, pushes: int)
     plan = joined.push_plan("trainer")
     boxes = plan.sender_box if role == "trainer" else plan.receiver_box
     tensors = {name: torch.randn(boxes(name, root.rank).size) for name in plan.names}
-    baselines = Baselines(role, root, plan, address)
+    baselines = Baselines(role, root, plan, address, tensors)
     version = iter(range(10**9))
 
     def push() -> None:
