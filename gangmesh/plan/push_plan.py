@@ -103,6 +103,16 @@ class PushPlan:
         return self._received[name].box(self._receivers, rank)
 
     @property
+    def sender_plan(self) -> MeshTopology:
+        """The sending job's plan."""
+        return self._senders
+
+    @property
+    def receiver_plan(self) -> MeshTopology:
+        """The receiving job's plan."""
+        return self._receivers
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The tensors pushed, sorted."""
         return tuple(sorted(self._sent))

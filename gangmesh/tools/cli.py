@@ -24,6 +24,7 @@ from gangmesh.plan.layout import Layout
 from gangmesh.runtime.environment import read_launch_environment
 from gangmesh.tools.check_entry import run_check
 from gangmesh.tools.failure import Failure
+from gangmesh.tools.join_command import add_arguments as add_join_arguments
 from gangmesh.tools.join_server_command import add_parser as add_join_server_parser
 from gangmesh.tools.join_server_command import run_join_server
 from gangmesh.tools.plan_command import run_plan
@@ -262,10 +263,11 @@ def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument(
         "--world-size",
         type=_int,
-        help="number of processes (required without --part; with --part, the sum of the "
-        "parts' sizes by default)",
+        help="number of processes (required without --part or --job; with --part, the sum of "
+        "the parts' sizes by default)",
     )
     _add_part_argument(plan)
+    add_join_arguments(plan)
     plan.add_argument(
         "--ranks-per-node",
         type=_int,
