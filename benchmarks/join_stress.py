@@ -175,12 +175,16 @@ def run(restarts: int, kinds: str) -> dict[str, Any]:
     return {
         "restarts": restarts, "named": named, "rejoined": len(samples),
         "join_s_median": statistics.median(joins), "join_s_max": max(joins),
-        "fds": f"{samples[0]['fds']}->{samples[-1]['fds']}",
-        "threads": f"{samples[0]['threads']}->{samples[-1]['threads']}",
-        "keys": f"{samples[0]['keys']}->{samples[-1]['keys']}", "keys_after": keys_after,
+        **{what: _series([s[what] for s in samples]) for what in ("fds", "threads", "keys")},
+        "keys_after": keys_after,
         "eaddrinuse": len(re.findall(r"EADDRINUSE|[Aa]ddress already in use", logs)),
         "seconds": took,
     }  # fmt: skip
+
+
+def _series(values: list[int]) -> str:
+    """``first->last (max N)``: a count over the epochs."""
+    return f"{values[0]}->{values[-1]} (max {max(values)})"
 
 
 def main() -> None:

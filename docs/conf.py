@@ -43,6 +43,7 @@ PICTURES = {
     "moe_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8 --rank 2",
     "replica_groups": "--world-size 8 --tp 2 --ranks-per-node 8 --replica-groups 3",
     "two_models": "--part trainer=4:dp_shard=2,tp=2 --part generator=4:dp_replicate=2,tp=2",
+    "joined_push": "--job trainer=4:dp_shard=2,tp=2 --job generator=4:dp_replicate=2,tp=2",
 }
 _generated = Path(__file__).parent / "_generated"
 _generated.mkdir(exist_ok=True)
@@ -53,7 +54,7 @@ for _name, _args in PICTURES.items():
 
 # The command-line reference (cli.rst) includes each parser's own --help text, wrapped to
 # fit the page's code blocks.
-for _command in ("gangmesh", "plan", "check"):
+for _command in ("gangmesh", "plan", "check", "join-server"):
     _text = help_text(None if _command == "gangmesh" else _command, width=62)
     (_generated / f"cli_{_command}.txt").write_text(_text, encoding="utf-8")
 

@@ -289,21 +289,24 @@ class JoinedJobs:
         waits: list[Pending] = []
         copies: list[tuple[torch.Tensor, torch.Tensor]] = []
         buffers = []
-        for route, gang, data in self._gangs.routes(plan, sender, receiver):
-            if version is not None:
-                pack(route, plan, tensors, version, epoch.number, data)
-            waits.append(gang.start_broadcast(data, 0))
-            buffers.append((route, data))
-            for piece in direct(route):
+        try:
+            for route, gang, data in self._gangs.routes(plan, sender, receiver):
                 if version is not None:
-                    waits.append(gang.start_broadcast(sent(piece, plan, rank, tensors), 0))
-                    continue
-                into, then = landing(piece, plan, rank, tensors)
-                waits.append(gang.start_broadcast(into, 0))
-                if then is not None:
-                    copies.append((into, then))
-        for pending in waits:
-            pending.wait()
+                    pack(route, plan, tensors, version, epoch.number, data)
+                waits.append(gang.start_broadcast(data, 0))
+                buffers.append((route, data))
+                for piece in direct(route):
+                    if version is not None:
+                        waits.append(gang.start_broadcast(sent(piece, plan, rank, tensors), 0))
+                        continue
+                    into, then = landing(piece, plan, rank, tensors)
+                    waits.append(gang.start_broadcast(into, 0))
+                    if then is not None:
+                        copies.append((into, then))
+            for pending in waits:
+                pending.wait()
+        finally:  # a failure's traceback keeps this frame: not the collectives it started
+            waits.clear()
         if version is not None or not buffers:
             return None
         for route, data in buffers:

@@ -41,6 +41,7 @@ class Pending:
         try:
             self._work.wait()
         except RuntimeError as ex:
+            self._work = None  # its traceback keeps this frame: not the backend's connections
             self._gang.fail(self._op, ex)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 
 import gangmesh as gm
-from tests.dist.launch import Run, torchrun
+from tests.dist.launch import REPO, Run, torchrun
+from tests.shown import assert_line_shown, assert_output_shown
 
 pytestmark = pytest.mark.dist
 
@@ -204,3 +206,57 @@ def test_a_restarted_generator_gets_the_trainer_s_current_weights(faults):
         for got in record["transfers"]:
             wanted = {n: digests[generator_rank] for n, digests in pushed[got["version"]].items()}
             assert got["held"] == wanted, (name, got["version"])
+
+
+SHOWN = {
+    "raise": "raised ValueError",
+    "kill": "is gone",
+    "stop": "is stopped",
+    "hang": "is alive but never entered it",
+}
+"""The words of the line docs/joined.rst shows, per fault."""
+KILLED = {"was killed by SIGKILL": "is gone: it exited or was killed, and left no report"}
+"""A killed process's end, as /proc shows it before and after its launcher reaps it."""
+DOCS_BLOCK = "# the generator's rank raised"
+
+
+def test_the_docs_show_what_a_trainer_rank_says_of_each_fault(faults):
+    survivor = faults["generator"]["survivor"]
+    hosts = [said["host"] for said in survivor.values()]
+    for attempt, kind in enumerate(KINDS):
+        errors = [said["errors"][attempt]["error"] for said in survivor.values()]
+        assert_line_shown("joined.rst", DOCS_BLOCK, SHOWN[kind], errors, hosts=hosts, alike=KILLED)
+
+
+@pytest.fixture(scope="module")
+def rl_loop():
+    """docs/examples/rl_jobs.py: the trainer, and the generator killed at version 3 once."""
+    script = REPO / "docs/examples/rl_jobs.py"
+    with gm.serve_join() as server, ThreadPoolExecutor(2) as pool:
+        options = ("--start-method=fork",)
+        trainer = pool.submit(torchrun, script, 2, "trainer", server.address, timeout=240,
+                              options=options)  # fmt: skip
+        generator = pool.submit(torchrun, script, 2, "generator", server.address, "--kill-at",
+                                "3", timeout=240, options=(*options, "--max-restarts=1"))  # fmt: skip
+        return trainer.result(), generator.result(), server.keys()
+
+
+def test_the_rl_loop_of_the_docs_trains_through_a_generator_restart(rl_loop):
+    trainer, generator, keys = rl_loop
+    assert trainer.returncode == 0, trainer.output
+    assert generator.returncode == 0, generator.output
+    hosts = [socket.gethostname()]
+    said = trainer.output.replace(*next(iter(KILLED.items()))[::-1])
+    assert_output_shown(
+        "joined.rst",
+        "$ torchrun --nproc-per-node 2 --master-port 29500 docs/examples/rl_jobs.py trainer",
+        said,
+        hosts=hosts,
+    )
+    assert_output_shown(
+        "joined.rst",
+        "$ torchrun --nproc-per-node 2 --master-port 29501 --max-restarts 1",
+        generator.output,
+        hosts=hosts,
+    )
+    assert keys == COUNTERS
