@@ -124,7 +124,7 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("timedelta", "py:class", "library/datetime.html#datetime.timedelta"),
             *(
                 (f"collections.abc.{name}", "py:class", "library/collections.abc.html#$")
-                for name in ("Iterator", "Mapping", "Sequence")
+                for name in ("Callable", "Iterable", "Iterator", "Mapping", "Sequence")
             ),
             *(
                 (f"typing.{name}", "py:data", "library/typing.html#$")

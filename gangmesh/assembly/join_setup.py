@@ -31,13 +31,21 @@ class JoinRequest:
     """A job's request to join another, checked (see :func:`~gangmesh.join_jobs`)."""
 
     root: ProcessGroupGang
+    """The job's root gang."""
     job: str
+    """This job's name."""
     other: str
+    """The other job's name."""
     address: str
+    """The join server's address."""
     plan: MeshTopology
+    """This job's plan."""
     shards: dict[str, TensorShards]
+    """How this job holds each tensor it pushes or receives."""
     timeout: timedelta
+    """The timeout of every collective across the join."""
     wait: timedelta
+    """How long to wait for the other job."""
 
     @property
     def name(self) -> str:

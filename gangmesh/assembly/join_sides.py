@@ -39,11 +39,18 @@ class Member(NamedTuple):
     None where it has none)."""
 
     rank: int
+    """Its rank in its job."""
     host: str
+    """The host it runs on."""
     pid: int
+    """Its process id."""
     started: int | None
+    """When it started (clock ticks since its host booted), which tells it from a later
+    process of the same pid."""
     dump: int | None
+    """The descriptor of its stack dumps."""
     main: int | None
+    """Its main thread's id."""
 
     @classmethod
     def this_process(cls, rank: int) -> Member:
@@ -57,7 +64,9 @@ class Epoch(NamedTuple):
     """The arrivals of the two jobs (by name, sorted) that an epoch pairs."""
 
     first: int
+    """The arrival of the job whose name sorts first."""
     second: int
+    """The other job's arrival."""
 
     @property
     def key(self) -> str:
@@ -65,7 +74,11 @@ class Epoch(NamedTuple):
         return f"{self.first}.{self.second}"
 
     def of(self, job: str, other: str) -> int:
-        """The arrival of ``job`` (joined with ``other``) that the epoch pairs."""
+        """The arrival of ``job`` (joined with ``other``) that the epoch pairs.
+
+        :param job: a job's name.
+        :param other: the other job's name.
+        """
         return self.first if job < other else self.second
 
     @property
@@ -79,10 +92,15 @@ class Side:
     """What one arrival of a job says of itself."""
 
     job: str
+    """The job's name."""
     incarnation: int
+    """The arrival's number."""
     plan: MeshTopology
+    """The job's plan."""
     shards: dict[str, TensorShards]
+    """How it holds each tensor it pushes or receives."""
     members: tuple[Member, ...]
+    """Its processes, by rank."""
 
     def text(self) -> str:
         """The side as the store keeps it."""
@@ -96,6 +114,7 @@ class Side:
     def read(cls, text: bytes) -> Side:
         """The side :meth:`text` wrote.
 
+        :param text: what the store keeps.
         :raises ValueError: text that is no side's.
         """
         said: dict[str, Any] = json.loads(text)

@@ -42,6 +42,9 @@ def parse_address(address: object) -> tuple[str, int]:
 class JoinStore:
     """The join's store at ``address``, its keys under the join's ``name``.
 
+    :param address: the join server's ``host:port``.
+    :param name: the join's name.
+    :param timeout: how long to try to connect, and the bound of each call.
     :raises GangError: no server answers at ``address`` within ``timeout``.
     """
 
@@ -58,7 +61,10 @@ class JoinStore:
         """Every other call, each bounded."""
 
     def delete(self, keys: Iterable[str]) -> None:
-        """Delete ``keys`` (those absent are passed over)."""
+        """Delete ``keys`` (those absent are passed over).
+
+        :param keys: keys under the join's prefix.
+        """
         for key in keys:
             self.calls.delete_key(key)
 

@@ -65,7 +65,10 @@ class JoinedJobs:
     ) -> None:
         self._request, self._store = request, store
         self._root: ProcessGroupGang = request.root
-        self.job, self.other = request.job, request.other
+        self.job = request.job
+        """This job's name in the join."""
+        self.other = request.other
+        """The other job's name."""
         self._sides = {mine.job: mine, other.job: other}
         self._me = (self.job, self._root.rank)
         self._gangs = self._epoch_gangs(epoch)
@@ -104,6 +107,7 @@ class JoinedJobs:
     def push_plan(self, sender: str | None = None) -> PushPlan:
         """The routes of a push from job ``sender`` (default: this one) to the other.
 
+        :param sender: the sending job's name.
         :raises ValueError: ``sender`` is neither job, or the jobs' tensors do not match.
         """
         sender = self.job if sender is None else sender

@@ -26,7 +26,10 @@ __all__ = ["JoinPlan", "plan_from_record", "plan_record"]
 
 
 def plan_record(plan: MeshTopology) -> dict[str, Any]:
-    """``plan`` as JSON-ready data, for the other job of a join."""
+    """``plan`` as JSON-ready data, for the other job of a join.
+
+    :param plan: a job's plan.
+    """
     layout = plan.layout
     said = {f.name: getattr(layout, f.name) for f in fields(layout)}
     return {"world_size": plan.world_size, **said, "order": list(layout.order)}
@@ -35,6 +38,7 @@ def plan_record(plan: MeshTopology) -> dict[str, Any]:
 def plan_from_record(record: Mapping[str, Any]) -> MeshTopology:
     """The plan :func:`plan_record` wrote.
 
+    :param record: what :func:`plan_record` returned (read back from JSON).
     :raises ValueError: a record that is no plan's.
     """
     try:

@@ -45,7 +45,9 @@ class Piece:
     """A box of one tensor, which a route carries."""
 
     name: str
+    """The tensor's name."""
     box: Box
+    """The box, in the whole tensor."""
     nbytes: int
     """Its bytes in a route's buffer (a multiple of :data:`ALIGN`)."""
 
@@ -56,8 +58,11 @@ class Route:
     """What one sender sends to some receivers, in one broadcast."""
 
     sender: int
+    """The sending job's rank that sends."""
     receivers: tuple[int, ...]
+    """The receiving job's ranks that receive, ascending."""
     pieces: tuple[Piece, ...]
+    """What it carries, by tensor name and place."""
     nbytes: int
     """The bytes of the pieces in its buffer."""
 
@@ -95,11 +100,19 @@ class PushPlan:
         """Every route, by sender, then receivers."""
 
     def sender_box(self, name: str, rank: int) -> Box:
-        """The box of tensor ``name`` that sender ``rank`` holds."""
+        """The box of tensor ``name`` that sender ``rank`` holds.
+
+        :param name: a tensor's name.
+        :param rank: a rank of the sending job.
+        """
         return self._sent[name].box(self._senders, rank)
 
     def receiver_box(self, name: str, rank: int) -> Box:
-        """The box of tensor ``name`` that receiver ``rank`` holds."""
+        """The box of tensor ``name`` that receiver ``rank`` holds.
+
+        :param name: a tensor's name.
+        :param rank: a rank of the receiving job.
+        """
         return self._received[name].box(self._receivers, rank)
 
     @property
@@ -118,11 +131,17 @@ class PushPlan:
         return tuple(sorted(self._sent))
 
     def shards(self, name: str) -> TensorShards:
-        """How the senders hold tensor ``name`` (its shape and dtype)."""
+        """How the senders hold tensor ``name`` (its shape and dtype).
+
+        :param name: a tensor's name.
+        """
         return self._sent[name]
 
     def bytes_sent(self, rank: int) -> int:
-        """The bytes sender ``rank`` sends (each route's buffer once)."""
+        """The bytes sender ``rank`` sends (each route's once).
+
+        :param rank: a rank of the sending job.
+        """
         return sum(route.nbytes for route in self.routes if route.sender == rank)
 
     @property

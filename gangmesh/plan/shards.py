@@ -43,7 +43,9 @@ class Box:
     """A box of a tensor: where it starts and how long it is along each dimension."""
 
     start: tuple[int, ...]
+    """Its first index along each dimension."""
     size: tuple[int, ...]
+    """Its length along each dimension."""
 
     @property
     def numel(self) -> int:
@@ -51,7 +53,10 @@ class Box:
         return int(np.prod(self.size, dtype=np.int64))
 
     def overlap(self, other: Box) -> Box | None:
-        """The box both hold; None where they hold no element in common."""
+        """The box both hold; None where they hold no element in common.
+
+        :param other: a box of the same tensor.
+        """
         start = tuple(max(a, b) for a, b in zip(self.start, other.start, strict=True))
         ends = zip(self.start, self.size, other.start, other.size, strict=True)
         end = tuple(min(a + m, b + n) for a, m, b, n in ends)
@@ -59,7 +64,10 @@ class Box:
         return Box(start, size) if all(n > 0 for n in size) else None
 
     def within(self, outer: Box) -> tuple[slice, ...]:
-        """The slices that take this box out of a tensor holding ``outer``."""
+        """The slices that take this box out of a tensor holding ``outer``.
+
+        :param outer: a box that holds this one.
+        """
         starts = zip(self.start, outer.start, self.size, strict=True)
         return tuple(slice(s - o, s - o + n) for s, o, n in starts)
 
@@ -131,6 +139,7 @@ class TensorShards:
     def from_record(cls, record: Mapping[str, Any]) -> TensorShards:
         """The shards :meth:`record` wrote.
 
+        :param record: what :meth:`record` returned (read back from JSON).
         :raises ValueError: a record that is no shards'.
         """
         try:
@@ -145,8 +154,12 @@ class TensorShards:
         return ITEM_SIZES[self.dtype]
 
     def check_dims(self, plan: MeshTopology, argument: str) -> None:
-        """:raises ValueError: a mesh dimension of the split that ``plan`` does not know,
-        naming ``argument``."""
+        """Check that ``plan`` has every mesh dimension of the split.
+
+        :param plan: the layout of the job that holds the tensor.
+        :param argument: the argument that gave the shards, named in the error.
+        :raises ValueError: a mesh dimension ``plan`` does not know.
+        """
         for dims in self.split.values():
             for dim in dims:
                 try:
@@ -161,6 +174,8 @@ class TensorShards:
     def box(self, plan: MeshTopology, rank: int) -> Box:
         """The box of the whole tensor that ``rank`` of ``plan`` holds.
 
+        :param plan: the layout of the job that holds the tensor.
+        :param rank: a rank of that job.
         :raises ValueError: ``rank`` is no rank of ``plan``, or the split names a mesh
             dimension ``plan`` does not have.
         """

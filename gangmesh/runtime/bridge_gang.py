@@ -28,7 +28,12 @@ Blame = Callable[[str, BaseException], GangError]
 
 @final
 class Pending:
-    """A collective started on a bridge, waited for by :meth:`wait`."""
+    """A collective started on a bridge, waited for by :meth:`wait`.
+
+    :param work: torch's work of the collective.
+    :param gang: the bridge it runs on.
+    :param op: the collective, in words.
+    """
 
     def __init__(self, work: Any, gang: BridgeGang, op: str) -> None:
         self._work, self._gang, self._op = work, gang, op
@@ -116,7 +121,12 @@ class BridgeGang(PlacedGang):
 
     def start_broadcast(self, tensor: Tensor, source_rank: int) -> Pending:
         """Start broadcasting ``tensor`` from gang rank ``source_rank``; wait with
-        :meth:`Pending.wait`. Arguments are the caller's to check."""
+        :meth:`Pending.wait`.
+
+        :param tensor: the data on ``source_rank``; receives it on the other members.
+        :param source_rank: the gang rank that sends (the caller checks it).
+        :raises GangError: the collective cannot be started.
+        """
         options = dist.BroadcastOptions()
         options.rootRank, options.rootTensor = source_rank, 0
         op = f"broadcast(source_rank={source_rank})"
