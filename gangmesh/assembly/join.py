@@ -48,7 +48,7 @@ def join_jobs(
     :param shards: tensor name -> how this job holds it (:class:`~gangmesh.TensorShards`),
         for pushes in either direction; the other job names the same tensors.
     :param timeout: the timeout of every collective across the join (default 60 s, at most
-        the root gang's less 5 s).
+        the root gang's less 5 s): also how long a receive waits for the push it meets.
     :param wait: how long to wait for the other job (default: ``timeout``).
     :raises TypeError, ValueError: an argument that is not so, naming it (before any process
         waits); shards unlike the other job's (once met: on both jobs).

@@ -52,9 +52,12 @@ class JoinStore:
         self.address = address
         host, port = parse_address(address)
         prefix = f"gangmesh/join/{name}"
-        self._clients = (_client(host, port, timeout), _client(host, port, timeout))
+        self._clients: tuple[Store, ...] = (
+            _client(host, port, timeout),
+            _client(host, port, timeout),
+        )
         """The two connections (their calls find their threads by the client objects)."""
-        self.rendezvous: Store = dist.PrefixStore(prefix, self._clients[0])  # type: ignore[attr-defined]
+        self.rendezvous: Any = dist.PrefixStore(prefix, self._clients[0])  # type: ignore[attr-defined]
         """Where bridges' backends meet (one connection, used by the main thread)."""
         own = dist.PrefixStore(prefix, self._clients[1])  # type: ignore[attr-defined]
         self.calls: Any = BoundedStore(own, margin(timeout))
@@ -71,6 +74,8 @@ class JoinStore:
     def close(self) -> None:
         """Close both connections and end the thread of the bounded calls."""
         release(self._clients[1])
+        self.rendezvous = self.calls = None
+        self._clients = ()
 
 
 def _client(host: str, port: int, timeout: timedelta) -> Store:
