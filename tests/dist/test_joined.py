@@ -217,6 +217,8 @@ SHOWN = {
 """The words of the line docs/joined.rst shows, per fault."""
 KILLED = {"was killed by SIGKILL": "is gone: it exited or was killed, and left no report"}
 """A killed process's end, as /proc shows it before and after its launcher reaps it."""
+ENDED = {**KILLED, f"(timed out after {TIMEOUT:g} s)": "(a peer's connection closed)"}
+"""The same, and a process that ended as slowly as the timeout (its exit's teardown)."""
 DOCS_BLOCK = "# the generator's rank raised"
 
 
@@ -225,7 +227,8 @@ def test_the_docs_show_what_a_trainer_rank_says_of_each_fault(faults):
     hosts = [said["host"] for said in survivor.values()]
     for attempt, kind in enumerate(KINDS):
         errors = [said["errors"][attempt]["error"] for said in survivor.values()]
-        assert_line_shown("joined.rst", DOCS_BLOCK, SHOWN[kind], errors, hosts=hosts, alike=KILLED)
+        alike = ENDED if kind in ("raise", "kill") else {}
+        assert_line_shown("joined.rst", DOCS_BLOCK, SHOWN[kind], errors, hosts=hosts, alike=alike)
 
 
 @pytest.fixture(scope="module")
