@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import final
 
@@ -350,5 +351,6 @@ class JoinedJobs:
             said = json.loads(self._store.calls.get(key))
             failure = GangError(said["error"])
             failure.culprits, failure.job = tuple(said["culprits"]), said["job"]
-            faults.note_outside(str(failure))
+            faults.record_named(failure, time.time())  # its error file, as the finder's
+            faults.note_outside(str(failure))  # and its stop line
         raise failure
