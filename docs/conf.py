@@ -43,6 +43,7 @@ PICTURES = {
     "moe_ep4": "--world-size 8 --dp-shard 4 --tp 2 --ep 4 --ranks-per-node 8 --rank 2",
     "replica_groups": "--world-size 8 --tp 2 --ranks-per-node 8 --replica-groups 3",
     "two_models": "--part trainer=4:dp_shard=2,tp=2 --part generator=4:dp_replicate=2,tp=2",
+    "joined_push": "--job trainer=4:dp_shard=2,tp=2 --job generator=4:dp_replicate=2,tp=2",
 }
 _generated = Path(__file__).parent / "_generated"
 _generated.mkdir(exist_ok=True)
@@ -53,7 +54,7 @@ for _name, _args in PICTURES.items():
 
 # The command-line reference (cli.rst) includes each parser's own --help text, wrapped to
 # fit the page's code blocks.
-for _command in ("gangmesh", "plan", "check"):
+for _command in ("gangmesh", "plan", "check", "join-server"):
     _text = help_text(None if _command == "gangmesh" else _command, width=62)
     (_generated / f"cli_{_command}.txt").write_text(_text, encoding="utf-8")
 
@@ -123,7 +124,7 @@ INVENTORIES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("timedelta", "py:class", "library/datetime.html#datetime.timedelta"),
             *(
                 (f"collections.abc.{name}", "py:class", "library/collections.abc.html#$")
-                for name in ("Iterator", "Mapping", "Sequence")
+                for name in ("Callable", "Iterable", "Iterator", "Mapping", "Sequence")
             ),
             *(
                 (f"typing.{name}", "py:data", "library/typing.html#$")

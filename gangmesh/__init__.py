@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from gangmesh.assembly.factories import create_gangs as create_gangs
     from gangmesh.assembly.factories import create_parallel_gangs as create_parallel_gangs
     from gangmesh.assembly.gangs import Gangs as Gangs
+    from gangmesh.assembly.join import join_jobs as join_jobs
+    from gangmesh.assembly.join_server import JoinServer as JoinServer
+    from gangmesh.assembly.join_server import serve_join as serve_join
+    from gangmesh.assembly.joined import JoinedJobs as JoinedJobs
     from gangmesh.assembly.parts import Parts as Parts
     from gangmesh.assembly.parts import create_parts as create_parts
     from gangmesh.assembly.record import read_layout_record as read_layout_record
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from gangmesh.plan.cluster import Cluster as Cluster
     from gangmesh.plan.cluster import Site as Site
     from gangmesh.plan.locality import LocalityFinding as LocalityFinding
+    from gangmesh.plan.shards import TensorShards as TensorShards
     from gangmesh.plan.topology import DENSE_DIMS as DENSE_DIMS
     from gangmesh.plan.topology import DIM_NAMES as DIM_NAMES
     from gangmesh.plan.topology import EXPERT_DIMS as EXPERT_DIMS
@@ -84,8 +89,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "gangmesh.runtime.fake_gang": ("FakeGang",),
     "gangmesh.runtime.gang": ("DEFAULT_TIMEOUT", "Gang", "GangError", "ReduceOperation"),
     "gangmesh.assembly.gangs": ("Gangs",),
+    "gangmesh.assembly.join": ("join_jobs",),
+    "gangmesh.assembly.join_server": ("JoinServer", "serve_join"),
+    "gangmesh.assembly.joined": ("JoinedJobs",),
     "gangmesh.assembly.parts": ("Parts", "create_parts"),
     "gangmesh.plan.locality": ("LocalityFinding",),
+    "gangmesh.plan.shards": ("TensorShards",),
     "gangmesh.runtime.ops": ("all_gather_objects", "all_reduce_dict", "all_sum", "broadcast_flag"),
     "gangmesh.runtime.process_group_gang": ("ProcessGroupGang",),
     "gangmesh.assembly.record": ("read_layout_record",),

@@ -56,6 +56,14 @@ class BoundedStore:
 
         return call
 
+    def send(self, name: str, *args: Any) -> None:
+        """The store's ``name(*args)``, not waited for: the calls after it wait behind it (one
+        that it holds is given up on in its turn); nothing where the connection was given up."""
+        key = id(_connection(self._store))
+        if key not in _given_up:
+            method = getattr(self._store, name)
+            call_thread.of(key, "gangmesh-store-calls").send(lambda: method(*args))
+
     def _bounded(self, name: str, args: tuple[Any, ...], seconds: float) -> Any:
         """The store's ``name(*args)``, given up on after ``seconds``.
 
@@ -72,3 +80,10 @@ class BoundedStore:
             _given_up.add(key)
             call_thread.forget(key)
             raise RuntimeError(f"the job's store did not answer within {seconds:g} s") from None
+
+
+def release(store: Any) -> None:
+    """End the thread of ``store``'s connection, which its owner closes (its calls are done)."""
+    key = id(_connection(store))
+    _given_up.discard(key)
+    call_thread.end(key)

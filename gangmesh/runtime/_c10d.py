@@ -271,3 +271,38 @@ def functional_collective(name: str, older: str | None = None) -> Callable[..., 
 
     found = getattr(functional, name, None) or getattr(functional, older or name)
     return cast(Callable[..., Any], found)
+
+
+def standalone_backend(
+    store: Any, rank: int, size: int, device: torch.device, timeout: timedelta
+) -> Any:
+    """A backend of ``size`` processes that meet in ``store`` (no default group, no world of
+    torch's): gloo for a CPU device, NCCL for CUDA; every member calls it with the same store.
+
+    gloo's constructor taking a store, rank, size and timeout is public and picks its
+    network interfaces as the default group does (``GLOO_SOCKET_IFNAME``, else the host
+    name's address); it connects every pair before it returns. NCCL's timeout is in its
+    options (private ``_timeout``, see :func:`backend_options`); it connects at the first
+    collective. Public alternative to watch: a ``torch.distributed`` call that makes a group
+    outside the default group's world.
+
+    :raises RuntimeError: the peers did not all come within ``timeout`` (gloo).
+    """
+    if device.type == "cuda":
+        options: Any = backend_options("nccl", timeout)
+        return dist.ProcessGroupNCCL(store, rank, size, options)
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+
+def rendezvous_keys(device: torch.device, rank: int) -> list[str]:
+    """The keys a member of rank ``rank`` of :func:`standalone_backend` leaves in its store,
+    which outlive the group: gloo's address of that rank, one per network device
+    (``<device>/<rank>``, under the PrefixStore gloo puts it in: torch's ``ProcessGroupGloo``
+    numbers the devices); NCCL's unique id, set by rank 0 under the communicator's count
+    (``0``). Read in torch 2.9.1 to 2.15.0's ProcessGroupGloo.cpp and ProcessGroupNCCL.cpp;
+    tests/unit/test_c10d.py checks gloo's on every supported torch. Public alternative: none
+    (no store lists its keys on every supported torch)."""
+    if device.type == "cuda":
+        return ["0"] if rank == 0 else []
+    interfaces = [name for name in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if name]
+    return [f"{index}/{rank}" for index in range(max(1, len(interfaces)))]

@@ -80,6 +80,14 @@ def forget(key: int) -> None:
     _shared.pop(key, None)
 
 
+def end(key: int) -> None:
+    """End the thread of connection ``key`` once its calls are done, not waiting for it (its
+    owner closes the connection)."""
+    thread = _shared.pop(key, None)
+    if thread is not None:
+        thread.end(0)
+
+
 def end_all(bound: float) -> None:
     """End every connection's thread once its calls are done (at exit, and between two tests
     that share processes); the next call makes a new one."""

@@ -95,6 +95,9 @@ class GangError(RuntimeError):
     culprits: tuple[int, ...] = ()
     """Global ranks that broke the operation, where known: those the job's failure reports
     name, or those that did not take part."""
+    job: str | None = None
+    """The job whose ranks :attr:`culprits` are, where a job joined to this one (launched
+    apart) broke the operation; None: this job."""
 
 
 class Gang(ABC):

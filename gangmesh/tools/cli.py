@@ -1,4 +1,4 @@
-"""The ``gangmesh`` command: ``plan`` a layout, ``check`` a cluster.
+"""The ``gangmesh`` command: ``plan`` a layout, ``check`` a cluster, serve a ``join-server``.
 
 Its arguments, its error messages and its exit codes; the commands run in
 :mod:`gangmesh.tools.plan_command` and :mod:`gangmesh.tools.check_command`. ``plan`` needs
@@ -24,6 +24,9 @@ from gangmesh.plan.layout import Layout
 from gangmesh.runtime.environment import read_launch_environment
 from gangmesh.tools.check_entry import run_check
 from gangmesh.tools.failure import Failure
+from gangmesh.tools.join_command import add_arguments as add_join_arguments
+from gangmesh.tools.join_server_command import add_parser as add_join_server_parser
+from gangmesh.tools.join_server_command import run_join_server
 from gangmesh.tools.plan_command import run_plan
 from gangmesh.tools.render import JSON_CONTENTS
 
@@ -252,17 +255,19 @@ def build_parsers(
         default="exit",
         help=argparse.SUPPRESS,
     )
-    return parser, {"plan": plan, "check": check}
+    join_server = add_join_server_parser(commands, formatter, _int)
+    return parser, {"plan": plan, "check": check, "join-server": join_server}
 
 
 def _add_plan_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument(
         "--world-size",
         type=_int,
-        help="number of processes (required without --part; with --part, the sum of the "
-        "parts' sizes by default)",
+        help="number of processes (required without --part or --job; with --part, the sum of "
+        "the parts' sizes by default)",
     )
     _add_part_argument(plan)
+    add_join_arguments(plan)
     plan.add_argument(
         "--ranks-per-node",
         type=_int,
@@ -346,11 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         sys.stderr.write(parser.format_help())
         return USAGE_ERROR
-    if args.ranks_per_node is not None and args.ranks_per_node < 1:
+    if getattr(args, "ranks_per_node", None) is not None and args.ranks_per_node < 1:
         parser.exit(USAGE_ERROR, f"gangmesh {args.command}: error: --ranks-per-node must be >= 1\n")
     try:
         if args.command == "check":
             return run_check(args, sys.argv[1:] if argv is None else list(argv), main)
+        if args.command == "join-server":
+            return run_join_server(args)
         return run_plan(args)
     except ValueError as ex:
         return _fail(args.command, option_spelling(str(ex), _spellings(args)))

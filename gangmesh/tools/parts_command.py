@@ -35,7 +35,7 @@ part asks for the expert view at ep = etp = 1 (``expert=1``, as ``--expert``).""
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
-def parse_part(spec: str) -> tuple[str, int, Layout]:
+def parse_part(spec: str, option: str = "--part") -> tuple[str, int, Layout]:
     """The name, size and layout of one ``--part`` value.
 
     >>> parse_part("rollout=4:tp=2,dp_replicate=2")
@@ -44,43 +44,45 @@ def parse_part(spec: str) -> tuple[str, int, Layout]:
     :param spec: ``NAME=SIZE[:DIM=SIZE,...]``; SIZE -1 takes the ranks the other parts
         leave; ``order=`` takes the dense order (comma-separated or Megatron-Core's);
         ``expert=1`` asks for the expert view.
+    :param option: the option that gave it, named in errors (``--job`` names a job).
     :raises Failure: a spec that is not so written, names a dimension that does not exist
         or gives a layout that is not one (naming the spec).
     """
     head, colon, rest = spec.partition(":")
     name, equals, size_text = head.partition("=")
     if not equals or not name:
-        raise Failure(f"--part {spec}: expected {SPEC}, got no NAME=SIZE")
+        raise Failure(f"{option} {spec}: expected {SPEC}, got no NAME=SIZE")
     try:
-        check_part_name(name, f"--part {spec}")
+        check_part_name(name, f"{option} {spec}")
     except ValueError as ex:
         raise Failure(str(ex)) from ex
-    size = _int(spec, "SIZE", size_text)
+    size = _int(f"{option} {spec}", "SIZE", size_text)
     if size == 0 or size < -1:
-        raise Failure(f"--part {spec}: expected SIZE to be a positive int or -1, got {size}")
+        raise Failure(f"{option} {spec}: expected SIZE to be a positive int or -1, got {size}")
     keywords: dict[str, Any] = {}
     for item in _items(rest) if colon else []:
         key, equals, value = item.partition("=")
         if not equals or not key or not value:
-            raise Failure(f"--part {spec}: expected DIM=SIZE after the colon, got {item!r}")
+            raise Failure(f"{option} {spec}: expected DIM=SIZE after the colon, got {item!r}")
         if key not in _KEYS:
             guess = closest(key, list(_KEYS))
             hint = f"; did you mean {guess}=?" if guess else ""
+            known = ", ".join(_KEYS)
             raise Failure(
-                f"--part {spec}: unknown dimension {key}; expected one of {', '.join(_KEYS)}{hint}"
+                f"{option} {spec}: unknown dimension {key}; expected one of {known}{hint}"
             )
         if key in keywords:
-            raise Failure(f"--part {spec}: expected {key} once, got it twice")
+            raise Failure(f"{option} {spec}: expected {key} once, got it twice")
         if key == _EXPERT:
             if value.lower() not in _FLAGS:
-                raise Failure(f"--part {spec}: expected expert=1 or expert=0, got {value!r}")
+                raise Failure(f"{option} {spec}: expected expert=1 or expert=0, got {value!r}")
             keywords[key] = _FLAGS[value.lower()]
         else:
-            keywords[key] = value if key == _ORDER else _int(spec, key, value)
+            keywords[key] = value if key == _ORDER else _int(f"{option} {spec}", key, value)
     try:
         return name, size, Layout(**keywords)
     except ValueError as ex:
-        raise Failure(f"--part {spec}: {ex}") from ex
+        raise Failure(f"{option} {spec}: {ex}") from ex
 
 
 def _items(text: str) -> list[str]:
@@ -95,11 +97,11 @@ def _items(text: str) -> list[str]:
     return items
 
 
-def _int(spec: str, what: str, text: str) -> int:
+def _int(given: str, what: str, text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise Failure(f"--part {spec}: expected {what} to be an int, got {text!r}") from None
+        raise Failure(f"{given}: expected {what} to be an int, got {text!r}") from None
 
 
 def parts_of(

@@ -16,6 +16,7 @@ from gangmesh.plan.layout import Layout
 from gangmesh.plan.locality import LocalityFinding, check_ranks_per_node
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.tools.failure import Failure
+from gangmesh.tools.join_command import join_output
 from gangmesh.tools.parts_command import check_cluster_options, parts_output
 from gangmesh.tools.render import finding_label, plan_json, plan_table, replica_title
 from gangmesh.tools.svg import plan_svg
@@ -41,10 +42,13 @@ def run_plan(args: argparse.Namespace) -> int:
         raise Failure("--strict: checks locality, which needs --ranks-per-node")
     if args.part and args.replica_groups is not None:
         raise Failure("--replica-groups: not with --part (each replica group is one launch)")
-    if args.part:
+    to_fix: list[str] = []
+    if args.job:
+        text = join_output(args)
+    elif args.part:
         text, to_fix = parts_output(args)
     elif args.world_size is None:
-        raise Failure("the following arguments are required: --world-size (or --part)")
+        raise Failure("the following arguments are required: --world-size (or --part, --job)")
     else:
         _check_replica_groups(args)
         text, to_fix = _plan_output(args)

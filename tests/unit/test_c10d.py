@@ -7,6 +7,7 @@ that a torch release that moves them fails here, not as a hang in a multi-proces
 from __future__ import annotations
 
 import inspect
+import threading
 from datetime import timedelta
 
 import pytest
@@ -211,3 +212,32 @@ def test_functional_collectives_take_a_group_by_name(gloo_world):
     assert torch.equal(all_to_all(tensor, [4], [4], name), tensor)
     with pytest.raises(AttributeError):
         _c10d.functional_collective("no_such_collective", "no_older_one")
+
+
+def test_a_standalone_backend_meets_in_its_store_and_leaves_the_keys_gangmesh_deletes():
+    # two members in two threads of this process, no default group: gloo's public constructor
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    clients = [dist.TCPStore("127.0.0.1", server.port, is_master=False) for _ in range(2)]
+    cpu = torch.device("cpu")
+    made: dict[int, object] = {}
+
+    def member(rank: int) -> None:
+        store = dist.PrefixStore("epoch/route", clients[rank])
+        made[rank] = _c10d.standalone_backend(store, rank, 2, cpu, timedelta(seconds=20))
+
+    threads = [threading.Thread(target=member, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    values = [torch.full((3,), float(rank)) for rank in (0, 1)]
+    works = [made[rank].broadcast([values[rank]], dist.BroadcastOptions()) for rank in (0, 1)]  # type: ignore[attr-defined]
+    for work in works:
+        work.wait()
+    assert torch.equal(values[1], torch.zeros(3))
+    keys = [f"epoch/route/{key}" for rank in (0, 1) for key in _c10d.rendezvous_keys(cpu, rank)]
+    assert server.check(keys)
+    before = server.num_keys()
+    for key in keys:
+        server.delete_key(key)
+    assert server.num_keys() == before - len(keys)

@@ -53,6 +53,15 @@ RERUN_ELSEWHERE = {
         "$ torchrun --nproc-per-node 4 docs/examples/migration/fairseq2_library.py",
     ): "dist/test_migration_examples.py",
     ("migration.rst", "# rank 3 raises in fairseq2's step"): "dist/test_fairseq2_library.py",
+    ("joined.rst", "# the generator's rank raised"): "dist/test_joined.py",
+    (
+        "joined.rst",
+        "$ torchrun --nproc-per-node 2 --master-port 29500 docs/examples/rl_jobs.py trainer",
+    ): "dist/test_joined.py",
+    (
+        "joined.rst",
+        "$ torchrun --nproc-per-node 2 --master-port 29501 --max-restarts 1",
+    ): "dist/test_joined.py",
     (
         "parts.rst",
         "$ torchrun --nproc-per-node 8 docs/examples/two_models.py",

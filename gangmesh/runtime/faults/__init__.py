@@ -3,8 +3,9 @@
 Reports in the job's store (:mod:`.failure_reports`, read by :mod:`.report_reading`), what
 /proc says of the peers on this host (:mod:`.peer_state`), torchelastic's error files
 (:mod:`.error_files`), a dying rank's last words (:mod:`.last_words`), a stopped rank's one
-line (:mod:`.stop_notice`), and the GangError of a failed collective (:mod:`.blame`), for a
-gang's call or for torch's own collectives on the groups gangmesh holds (:mod:`.torch_calls`).
+line (:mod:`.stop_notice`), what a job joined to this one hears of its end (:mod:`.outside`),
+and the GangError of a failed collective (:mod:`.blame`), for a gang's call or for torch's
+own collectives on the groups gangmesh holds (:mod:`.torch_calls`).
 The Gang core and setup use what this module exports, nothing deeper.
 """
 
@@ -26,24 +27,44 @@ from gangmesh.runtime.faults.blame import record as record_named
 from gangmesh.runtime.faults.culprits import Call
 from gangmesh.runtime.faults.error_files import write_for_unseen
 from gangmesh.runtime.faults.failure_reports import channel, fates, store_keeper
+from gangmesh.runtime.faults.outside import Listener
+from gangmesh.runtime.faults.outside import forget as forget_outside
+from gangmesh.runtime.faults.outside import listen as listen_outside
+from gangmesh.runtime.faults.outside import note as note_outside
+from gangmesh.runtime.faults.peer_state import TERMINATED
+from gangmesh.runtime.faults.peer_state import fate as process_fate
+from gangmesh.runtime.faults.peer_state import start_time as process_start
+from gangmesh.runtime.faults.stacks import Standing
+from gangmesh.runtime.faults.stacks import ask as where_stands
+from gangmesh.runtime.faults.stacks import install as stack_dumps
 from gangmesh.runtime.faults.torch_calls import consequence
 from gangmesh.runtime.faults.torch_errors import summary
 
 __all__ = [
+    "TERMINATED",
     "Call",
+    "Listener",
+    "Standing",
     "before_exit",
     "channel",
     "close_reports",
     "consequence",
     "fates",
+    "forget_outside",
     "gang_error",
     "install_stop_notice",
     "late",
+    "listen_outside",
+    "note_outside",
     "open_reports",
+    "process_fate",
+    "process_start",
     "record_named",
     "shut_down",
+    "stack_dumps",
     "store_keeper",
     "summary",
+    "where_stands",
     "write_for_unseen",
 ]
 

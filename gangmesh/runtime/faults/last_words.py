@@ -24,6 +24,7 @@ from types import TracebackType
 
 import gangmesh.runtime.faults.error_files as error_files
 import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.outside as outside
 import gangmesh.runtime.faults.torch_calls as torch_calls
 import gangmesh.runtime.faults.torch_errors as torch_errors
 from gangmesh.runtime.gang import GangError
@@ -89,11 +90,13 @@ def dying_of_own_error() -> bool:
 def last_words(value: BaseException, tb: TracebackType | None) -> None:
     """Tell the job and torchrun what ended this process: ``value``, uncaught."""
     global _own_error
+    inner = torch_errors.unwrapped(value)  # the program's own error, where torch wrapped it
+    named = inner if isinstance(inner, GangError) else torch_calls.consequence(inner)
+    if named is None:
+        outside.tell(f"raised {first_line(inner)}")
     channel = failure_reports.channel()
     if channel is None:
         return
-    inner = torch_errors.unwrapped(value)  # the program's own error, where torch wrapped it
-    named = inner if isinstance(inner, GangError) else torch_calls.consequence(inner)
     if named is None:
         _own_error = True
         channel.report(f"raised {first_line(inner)}")

@@ -25,6 +25,7 @@ from types import FrameType
 
 import gangmesh.runtime.faults.failure_reports as failure_reports
 import gangmesh.runtime.faults.last_words as last_words
+import gangmesh.runtime.faults.outside as outside
 
 log = logging.getLogger("gangmesh")
 
@@ -91,6 +92,7 @@ def _watch(read_end: int) -> None:
             if last_words.dying_of_own_error():  # it said what broke it: it ends as it would
                 _said.set()
                 os._exit(1)
+            outside.tell("was stopped (SIGTERM) by its launcher")
             if _ending_by_itself():  # with its own status, if soon
                 time.sleep(_EXITING_BOUND)
             _say_who()
@@ -122,6 +124,12 @@ def _say_who() -> None:
         rank = os.environ.get("RANK", "?")
         log.error("global rank %s stopped (SIGTERM) before it reached the job's store", rank)
         return
-    text = failure_reports.who_broke(_BOUND)
+    text = failure_reports.who_broke(_BOUND) or _across_a_join()
     if text:
         log.error("global rank %d stopped (SIGTERM) %s", channel.rank, text)
+
+
+def _across_a_join() -> str:
+    """What a failure felt across a join named, in words that follow "stopped"; ""."""
+    found = outside.finding()
+    return f"after a joined job broke: {found}" if found else ""

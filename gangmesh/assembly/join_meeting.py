@@ -1,0 +1,130 @@
+"""A job meeting the other job of a join: its first epoch, waited for with a bound, and at each
+push or receive, the epoch it is in from then on.
+
+Rank 0 of a job (its leader) reads and writes the join's store; the others learn what it
+found over their own job's root gang (a few integers, at a point every rank reaches together),
+or, while a job waits for the other to come, from the store (a wait there holds no collective
+of the job's).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from datetime import timedelta
+from typing import Any
+
+from gangmesh.assembly.join_sides import Epoch, Side, epoch_of, is_ready, latest, say_ready
+from gangmesh.runtime import faults
+from gangmesh.runtime.gang import GangError
+
+_POLL, _POLL_MOST = 0.01, 0.1
+"""Seconds between two looks at the other job's arrival, doubling up to the longest: a job
+that comes is met within a tenth of a second."""
+
+
+def first_epoch(calls: Any, mine: Side, other: str, wait: timedelta, address: str) -> Epoch:
+    """The leader: the epoch of ``mine`` (this job's arrival) and the other job's last
+    arrival, once both are in it.
+
+    :raises GangError: the other job did not come within ``wait``, naming it and, where it
+        arrived, its rank 0 and how it stands.
+    """
+    deadline = time.monotonic() + wait.total_seconds()
+    pause, said = _POLL, None
+    while True:
+        found = latest(calls, other)
+        if found is not None:
+            epoch = epoch_of(mine, found)
+            if epoch != said:
+                say_ready(calls, epoch, mine.job)
+                said = epoch
+            if is_ready(calls, epoch, other):
+                return epoch
+        if time.monotonic() >= deadline:
+            raise late(other, found, wait, address)
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))  # the other job's arrival
+        pause = min(2 * pause, _POLL_MOST)  # is not signalled to this process
+
+
+def late(other: str, found: Side | None, wait: timedelta, address: str) -> GangError:
+    """The error of a job that waited ``wait`` for ``other`` at ``address``."""
+    seconds = wait.total_seconds()
+    if found is None:
+        error = GangError(f"job {other} did not come to the join at {address} within {seconds:g} s")
+    else:
+        leader = found.members[0]
+        here = leader.host == socket.gethostname()
+        fate = faults.process_fate(leader.pid, leader.started) if here else None
+        how = f" and {fate}" if fate else ", not since"
+        error = GangError(
+            f"job {other} came to the join at {address} (its rank 0 on host {leader.host}, pid "
+            f"{leader.pid}){how}: it did not meet this job within {seconds:g} s (its next "
+            "push or receive meets it)"
+        )
+        error.culprits = (0,)
+    error.job = other
+    return error
+
+
+def publish(calls: Any, mine: Side, outcome: Epoch | GangError) -> None:
+    """The leader: tell the other ranks of its job how the meeting of ``mine`` ended."""
+    if isinstance(outcome, GangError):
+        said: dict[str, Any] = {"error": str(outcome), "culprits": list(outcome.culprits),
+                                "job": outcome.job}  # fmt: skip
+    else:
+        said = {"epoch": list(outcome)}
+    calls.set(f"joined/{mine.job}/{mine.incarnation}", json.dumps(said))
+
+
+def outcome(calls: Any, job: str, incarnation: int, wait: timedelta) -> Epoch:
+    """Another rank: the epoch its leader met the other job in.
+
+    :raises GangError: the leader found none, or said nothing within ``wait`` (it is named).
+    """
+    key = f"joined/{job}/{incarnation}"
+    try:
+        calls.wait([key], wait)
+    except RuntimeError as ex:
+        error = GangError(f"rank 0 of job {job} did not say how the join went within "
+                          f"{wait.total_seconds():g} s ({ex})")  # fmt: skip
+        error.culprits = (0,)
+        raise error from ex
+    said = json.loads(calls.get(key))
+    if "epoch" in said:
+        return Epoch(*said["epoch"])
+    error = GangError(said["error"])
+    error.culprits, error.job = tuple(said["culprits"]), said["job"]
+    raise error
+
+
+class Lookout:
+    """The leader's look, at each push or receive, for the epoch to be in from the next one on:
+    that of this job's and the other job's last arrivals (the other job's read again only
+    where its number changed), said to be this job's; and whether the other job is in it too
+    (asked until it is)."""
+
+    def __init__(self, calls: Any, other: Side, epoch: Epoch) -> None:
+        self._calls, self._other = calls, other
+        self._said = self._ready = epoch
+
+    def look(self, mine: Side, now: Epoch) -> tuple[Epoch, bool]:
+        """The epoch, and whether the other job is in it; ``now``, not ready, where the other
+        job left the join."""
+        key = f"latest/{self._other.job}"
+        if not self._calls.check([key]):
+            return now, False
+        if int(self._calls.get(key)) != self._other.incarnation:
+            found = latest(self._calls, self._other.job)
+            self._other = found if found is not None else self._other
+        epoch = epoch_of(mine, self._other)
+        if epoch == self._ready:
+            return epoch, True
+        if epoch != self._said:
+            say_ready(self._calls, epoch, mine.job)
+            self._said = epoch
+        if is_ready(self._calls, epoch, self._other.job):
+            self._ready = epoch
+            return epoch, True
+        return epoch, False

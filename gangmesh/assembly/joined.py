@@ -1,0 +1,356 @@
+"""Two jobs launched apart, joined: each keeps its own world, store, plan and groups; the join
+gives it the other job's plan, bridges to chosen ranks of the other job, and weight pushes
+from its layout to the other's.
+
+Both jobs meet at a join server (:mod:`gangmesh.assembly.join_server`). Everything across the
+join is made on a namespace of the join's current *epoch*; a push that fails is named on every
+rank of both jobs that took part, and ends the epoch: each job goes on alone (its own groups
+untouched), and the two meet in the next epoch at a later push or receive, once the other job
+is back (restarted by its launcher, or still there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import final
+
+import torch
+from typing_extensions import override
+
+from gangmesh.assembly import join_meeting, join_sides
+from gangmesh.assembly.join_blame import Transfer, blame, mark, report
+from gangmesh.assembly.join_gangs import EpochGangs, Members, members_of
+from gangmesh.assembly.join_setup import JoinRequest
+from gangmesh.assembly.join_sides import Epoch, Side
+from gangmesh.assembly.join_store import JoinStore
+from gangmesh.assembly.weight_push import (
+    check_tensors,
+    direct,
+    header,
+    landing,
+    pack,
+    sent,
+    unpack,
+)
+from gangmesh.plan.join_plan import JoinPlan
+from gangmesh.plan.push_plan import PushPlan
+from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime import faults
+from gangmesh.runtime.bridge_gang import Blame, BridgeGang, Pending
+from gangmesh.runtime.gang import GangError, ReduceOperation
+from gangmesh.runtime.process_group_gang import ProcessGroupGang
+
+log = logging.getLogger("gangmesh")
+
+_NONE = -(2**62)
+"""A rank's version where it received no route: below any other."""
+
+
+@final
+class JoinedJobs:
+    """This process's view of a join of its job with another, launched apart. Made by
+    :func:`~gangmesh.join_jobs`; a context manager that closes it.
+
+    :param request: what this job asked for (checked).
+    :param store: the join's store.
+    :param mine: this job's arrival.
+    :param other: the other job's arrival met.
+    :param epoch: the epoch both are in.
+    """
+
+    def __init__(
+        self, request: JoinRequest, store: JoinStore, mine: Side, other: Side, epoch: Epoch
+    ) -> None:
+        self._request, self._store = request, store
+        self._root: ProcessGroupGang = request.root
+        self.job = request.job
+        """This job's name in the join."""
+        self.other = request.other
+        """The other job's name."""
+        self._sides = {mine.job: mine, other.job: other}
+        self._me = (self.job, self._root.rank)
+        self._gangs = self._epoch_gangs(epoch)
+        self._transfers = 0
+        self._plans: dict[str, PushPlan] = {}
+        self._listener = self._report
+        faults.listen_outside(self._listener)
+        self._told: str | None = f"joined/{self.job}/{mine.incarnation}"
+        """The key rank 0 told the others how the meeting went in, until they all read it."""
+        self._next = (epoch, True)
+        """The epoch of the next push or receive, and whether the other job is in it."""
+        self._lookout = join_meeting.Lookout(store.calls, other, epoch)
+        """Rank 0's look for the epoch after."""
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        """The join server's address."""
+        return self._store.address
+
+    @property
+    def epoch(self) -> int:
+        """The number of the epoch this job is in: higher after every arrival of either job."""
+        return self._gangs.epoch.number
+
+    @property
+    def plan(self) -> JoinPlan:
+        """Both jobs' plans, by job name: what pairs ranks across the join."""
+        return JoinPlan({name: side.plan for name, side in self._sides.items()})
+
+    @property
+    def other_plan(self) -> MeshTopology:
+        """The other job's plan (its processes numbered from 0)."""
+        return self._sides[self.other].plan
+
+    def push_plan(self, sender: str | None = None) -> PushPlan:
+        """The routes of a push from job ``sender`` (default: this one) to the other.
+
+        :param sender: the sending job's name.
+        :raises ValueError: ``sender`` is neither job, or the jobs' tensors do not match.
+        """
+        sender = self.job if sender is None else sender
+        if sender not in self._sides:
+            raise ValueError(f"sender: expected {self.job} or {self.other}, got {sender!r}")
+        plan = self._plans.get(sender)
+        if plan is None:
+            receiver = self.other if sender == self.job else self.job
+            a, b = self._sides[sender], self._sides[receiver]
+            plan = self._plans[sender] = PushPlan(a.plan, a.shards, b.plan, b.shards)
+        return plan
+
+    def bridge(self, **ranks_by_job: list[int]) -> BridgeGang | None:
+        """A gang of the ranks named by job (``bridge(trainer=[0], generator=[0, 1])``); None
+        on the processes not named. Every process of both jobs calls it in the same epoch with
+        the same ranks, in the same order as its other bridges; its ranks are each job's ranks
+        ascending, the jobs by name (``bridge.members.index(("trainer", 0))`` is where rank 0
+        of the trainer sits). It belongs to the epoch: a new epoch closes it.
+
+        :param ranks_by_job: job name -> ranks of that job.
+        :raises ValueError: an unknown job, no ranks, or a rank outside its job.
+        :raises GangError: a member did not come within the timeout.
+        """
+        for name, ranks in ranks_by_job.items():
+            if name not in self._sides:
+                raise ValueError(
+                    f"ranks_by_job: unknown job {name!r}; expected {self.job} or {self.other}"
+                )
+            size = self._sides[name].plan.world_size
+            bad = [r for r in ranks if not isinstance(r, int) or not 0 <= r < size]
+            if not ranks or bad:
+                raise ValueError(f"{name}: expected ranks in [0, {size}), got {list(ranks)}")
+        return self._gangs.bridge(members_of(dict(ranks_by_job)))
+
+    def push(self, version: int, tensors: Mapping[str, torch.Tensor]) -> bool:
+        """Send this rank's shards of the tensors to the other job's ranks that hold them
+        (each receives every element from one sender; no rank gathers), with ``version`` (say,
+        the step). Every rank of this job calls it as the other job's call :meth:`receive`.
+        False, at once, where the other job is not in the epoch (gone, not back yet, or this
+        job's last push failed).
+
+        :param version: what the receivers read back.
+        :param tensors: tensor name -> this rank's shard, as its side's TensorShards say.
+        :raises TypeError, ValueError: a version that is no int, or tensors that are not this
+            rank's shards (before any process waits).
+        :raises GangError: the push failed, naming who broke it (on every rank of this job).
+        """
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"version: expected an int (the step, say), got {version!r}")
+        plan = self.push_plan()
+        checked = check_tensors(tensors, plan, self._root.rank, True, self._root.device)
+        return self._transfer(plan, checked, version) is not None
+
+    def receive(self, tensors: Mapping[str, torch.Tensor]) -> int | None:
+        """Overwrite this rank's shards of the tensors with those the other job pushes; the
+        version it pushed. None, at once, where the other job is not in the epoch.
+
+        :param tensors: tensor name -> this rank's shard, as its side's TensorShards say.
+        :raises TypeError, ValueError: tensors that are not this rank's shards.
+        :raises GangError: the push failed, naming who broke it (on every rank of this job);
+            the tensors are then partly overwritten.
+        """
+        plan = self.push_plan(self.other)
+        checked = check_tensors(tensors, plan, self._root.rank, False, self._root.device)
+        return self._transfer(plan, checked, None)
+
+    def close(self) -> None:
+        """Close the bridges, take this job's keys out of the join's store and disconnect;
+        later calls do nothing. Communicates with no peer."""
+        if self._closed:
+            return
+        self._closed = True
+        faults.forget_outside(self._listener)
+        self._gangs.close()
+        mine = self._sides[self.job]
+        keys = [f"at/{self.job}/{self._root.rank}"]
+        if self._root.rank == 0:
+            keys += self._epoch_keys() + [
+                f"side/{self.job}/{n}" for n in range(mine.incarnation - 1, mine.incarnation + 1)
+            ]
+            keys += [
+                f"latest/{self.job}",
+                f"reports/{self.job}",
+                f"joined/{self.job}/{mine.incarnation}",
+            ]
+        try:
+            self._store.delete(keys)
+        except RuntimeError as ex:
+            log.debug("the join's store did not take the keys back: %s", ex)
+        self._store.close()
+
+    def __enter__(self) -> JoinedJobs:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @override
+    def __repr__(self) -> str:
+        where = f"{self.job} rank {self._root.rank} with {self.other} at {self.address}"
+        return f"JoinedJobs({where}, epoch {self.epoch})"
+
+    def _epoch_gangs(self, epoch: Epoch) -> EpochGangs:
+        return EpochGangs(self._store, epoch, self._me, self._root.device, self._request.timeout,
+                          self._blame_for)  # fmt: skip
+
+    def _blame_for(self, members: Members) -> Blame:
+        def named(what: str, cause: BaseException) -> GangError:
+            transfer = Transfer(self._gangs.epoch, self._transfers, members)
+            sides = dict(self._sides)
+            return blame(
+                self._store.calls, what, cause, sides, self._me, transfer, self._request.timeout
+            )
+
+        return named
+
+    def _report(self, what: str) -> None:
+        """This process ends: say so in the join's store (bounded)."""
+        report(self._store.calls, self.job, self._sides[self.job].members[self._root.rank], what)
+
+    def _switch(self, epoch: Epoch) -> None:
+        """Leave the current epoch (its bridges closed, its keys taken out by rank 0) for
+        ``epoch``, reading the other job's arrival it pairs."""
+        old = self._epoch_keys()
+        self._gangs.close()
+        if self._root.rank == 0:
+            self._store.delete(old)
+        arrival = epoch.of(self.other, self.job)
+        if arrival != self._sides[self.other].incarnation:
+            text = self._store.calls.get(f"side/{self.other}/{arrival}")
+            self._sides[self.other] = Side.read(text)
+            self._plans.clear()
+        mine = epoch.of(self.job, self.other)
+        side = self._sides[self.job]
+        self._sides[self.job] = Side(side.job, mine, side.plan, side.shards, side.members)
+        self._gangs = self._epoch_gangs(epoch)
+        self._transfers = 0
+        log.info("job %s rank %d: join epoch %d", self.job, self._root.rank, epoch.number)
+
+    def _epoch_keys(self) -> list[str]:
+        return join_sides.epoch_keys(self._gangs.epoch, (self.job, self.other)) + self._gangs.keys()
+
+    def _transfer(
+        self, plan: PushPlan, tensors: dict[str, torch.Tensor], version: int | None
+    ) -> int | None:
+        """Send (``version`` given) or receive this rank's routes, in the epoch the last call
+        found; the version pushed, None where the other job was not in it. Every rank of this
+        job learns whether every rank's routes went through, and the epoch of the next call.
+
+        :raises GangError: a route failed (here or on another rank of this job).
+        """
+        epoch, ready = self._next
+        if epoch != self._gangs.epoch:
+            self._switch(epoch)
+        failure, got = None, None
+        if ready:
+            self._transfers += 1
+            rank = self._root.rank
+            mark(self._store.calls, self.job, rank, Transfer(epoch, self._transfers, ()))
+            sender, receiver = (
+                (self.job, self.other) if version is not None else (self.other, self.job)
+            )
+            try:
+                got = self._cross(plan, sender, receiver, tensors, version)
+            except GangError as error:
+                failure = error
+        return self._agree(failure, version if version is not None else got, ready)
+
+    def _cross(
+        self,
+        plan: PushPlan,
+        sender: str,
+        receiver: str,
+        tensors: dict[str, torch.Tensor],
+        version: int | None,
+    ) -> int | None:
+        """This rank's routes: every broadcast started, then waited for; a receiver's pieces
+        then put in place. The version received (None for a sender, or a rank in no route).
+
+        :raises GangError: a broadcast failed.
+        """
+        epoch, rank = self._gangs.epoch, self._root.rank
+        waits: list[Pending] = []
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        buffers = []
+        try:
+            for route, gang, data in self._gangs.routes(plan, sender, receiver):
+                if version is not None:
+                    pack(route, plan, tensors, version, epoch.number, data)
+                waits.append(gang.start_broadcast(data, 0))
+                buffers.append((route, data))
+                for piece in direct(route):
+                    if version is not None:
+                        waits.append(gang.start_broadcast(sent(piece, plan, rank, tensors), 0))
+                        continue
+                    into, then = landing(piece, plan, rank, tensors)
+                    waits.append(gang.start_broadcast(into, 0))
+                    if then is not None:
+                        copies.append((into, then))
+            for pending in waits:
+                pending.wait()
+        finally:  # a failure's traceback keeps this frame: not the collectives it started
+            waits.clear()
+        if version is not None or not buffers:
+            return None
+        for route, data in buffers:
+            unpack(route, plan, data, rank, tensors)
+        for into, then in copies:
+            then.copy_(into)
+        return header(buffers[0][1])[0]
+
+    def _agree(self, failure: GangError | None, version: int | None, ready: bool) -> int | None:
+        """Every rank of this job: the version pushed, where every rank's routes went through
+        (None where there were none); else the GangError of a failure on any rank of it (rank
+        0 then arrives again, for the next epoch). With it, the epoch of the next call, as rank
+        0 finds it (one collective for both)."""
+        key = f"finding/{self._gangs.epoch.key}/{self.job}"
+        if failure is not None:
+            said = {"error": str(failure), "culprits": list(failure.culprits), "job": failure.job}
+            self._store.calls.compare_set(key, "", json.dumps(said))
+        nothing = [-1, -1, -1]
+        if self._root.rank == 0:
+            found, next_ready = self._lookout.look(self._sides[self.job], self._gangs.epoch)
+            nothing = [found.first, found.second, int(next_ready)]
+        seen = [int(failure is not None), _NONE if version is None else version, *nothing]
+        agreed = torch.tensor(seen, dtype=torch.int64, device=self._root.device)
+        self._root.all_reduce(agreed, ReduceOperation.MAX)
+        failed, pushed, first, second, next_ready = agreed.tolist()
+        if self._root.rank == 0 and self._told is not None:  # every rank read it: they are here
+            self._store.delete([self._told])
+            self._told = None
+        if not failed:
+            self._next = (Epoch(first, second), bool(next_ready))
+            return int(pushed) if ready and pushed != _NONE else None
+        self._next = (self._gangs.epoch, False)  # the epoch is over: the next call looks again
+        if self._root.rank == 0:
+            self._sides[self.job] = join_sides.arrive(self._store.calls, self._sides[self.job])
+        if failure is None:
+            self._store.calls.wait([key], self._request.timeout)
+            said = json.loads(self._store.calls.get(key))
+            failure = GangError(said["error"])
+            failure.culprits, failure.job = tuple(said["culprits"]), said["job"]
+            faults.record_named(failure, time.time())  # its error file, as the finder's
+            faults.note_outside(str(failure))  # and its stop line
+        raise failure
