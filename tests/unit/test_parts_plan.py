@@ -288,7 +288,7 @@ def test_svg_is_one_document_with_each_part_labelled_in_global_ranks(tmp_path):
         (["--part", "a=4", "--part", "b=2", "--ranks-per-node", "4"], "--ranks-per-node: expected a factor of --world-size 6"),
         (["--part", "a=4", "--rank", "4"], "--rank: expected a rank in [0, 4), got 4"),
         (["--part", "a=4", "--hosts-per-domain", "2"], "--hosts-per-domain: domains hold nodes, which needs --ranks-per-node"),
-        ([], "the following arguments are required: --world-size (or --part)"),
+        ([], "the following arguments are required: --world-size (or --part, --job)"),
     ],
 )  # fmt: skip
 def test_bad_parts_give_one_line_and_exit_code_2(args, line):
