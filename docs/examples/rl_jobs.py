@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -82,7 +83,14 @@ def trainer(root: gm.Gang, address: str) -> None:
     version, delivered, rollouts, bridge = 0, True, torch.zeros(0, dtype=torch.int64), Bridge()
     while version < STEPS:
         if delivered:  # the generator took the last weights: its rollouts follow
-            rollouts = bridge.rollouts(joined)
+            try:
+                rollouts = bridge.rollouts(joined)
+            except gm.GangError as error:  # named; the next push fails too and ends the epoch
+                say(
+                    "trainer: rollouts of version %d failed: %s",
+                    version,
+                    str(error).splitlines()[0],
+                )
         prompts = global_batch(version + 1, root.device)[0]
         loss = loss_of(model(prompts), rollouts.reshape(prompts.shape))
         loss.backward()
@@ -138,7 +146,8 @@ def generator(root: gm.Gang, address: str, kill_at: int | None) -> None:
         if kill_at is not None and attempt == 0 and version == kill_at - 1 and root.rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)  # as it takes the weights of version kill_at
         taken = joined.receive(local(model))
-        if taken is None:  # the trainer is not in the epoch (yet)
+        if taken is None:  # the trainer is not in the epoch (yet): look again shortly
+            time.sleep(0.05)
             continue
         version = taken
         say("generator: took version %d in epoch %d", version, joined.epoch)

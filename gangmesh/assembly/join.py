@@ -93,4 +93,11 @@ def join_jobs(
         request.other,
         epoch.number,
     )
-    return JoinedJobs(request, store, side, found, epoch)
+    joined = JoinedJobs(request, store, side, found, epoch)
+    try:  # both directions' routes: shards unlike the other job's are refused here
+        joined.push_plan(request.job)
+        joined.push_plan(request.other)
+    except ValueError:
+        joined.close()
+        raise
+    return joined

@@ -24,6 +24,7 @@ from typing import Any
 from typing_extensions import override
 
 from gangmesh.assembly.join_sides import Epoch, Member, Side
+from gangmesh.assembly.store_calls import peek
 from gangmesh.runtime import faults
 from gangmesh.runtime.gang import GangError
 
@@ -34,7 +35,6 @@ LOOKING = 2.0
 where the peers' connections closed (they may be ending still)."""
 LOOKING_AFTER_TIMEOUT = 0.3
 """The same where the collective timed out: a process that ended or stopped shows at once."""
-STOPPED_BY_LAUNCHER = "was stopped (SIGTERM) by its launcher"
 _POLL, _POLL_MOST = 0.02, 0.25
 
 
@@ -114,8 +114,8 @@ def _look(
     pause = _POLL
     while True:
         said = _reports(calls, sides)
-        culprits = [fate for fate in said.values() if fate.what != STOPPED_BY_LAUNCHER]
-        stopped = {key for key, fate in said.items() if fate.what == STOPPED_BY_LAUNCHER}
+        culprits = [fate for fate in said.values() if fate.what != faults.STOPPED_BY_LAUNCHER]
+        stopped = {key for key, fate in said.items() if fate.what == faults.STOPPED_BY_LAUNCHER}
         culprits += _ended(sides, me, host, set(said), stopped)
         if culprits or time.monotonic() >= deadline:
             break
@@ -140,7 +140,7 @@ def _reports(calls: Any, sides: dict[str, Side]) -> dict[tuple[str, int], Fate]:
     """What the current processes of both jobs said as they ended, by (job, rank)."""
     found: dict[tuple[str, int], Fate] = {}
     for job, side in sides.items():
-        text = bytes(calls.compare_set(f"reports/{job}", "", "")).decode()
+        text = peek(calls, f"reports/{job}") or ""
         for line in text.splitlines():
             entry = json.loads(line)
             rank = int(entry["rank"])
@@ -183,9 +183,10 @@ def _hung(
     waits for a hung one of its job); else the transfer's members among them, alive and hung
     where /proc tells, silent elsewhere."""
     wanted = f"{transfer.epoch.key}:{transfer.number}"
-    absent = [
+    absent = [  # asked of this host's processes and the transfer's members only
         (job, m) for job, side in sides.items() for m in side.members
-        if (job, m.rank) != me and (job, m.rank) not in said
+        if (m.host == host or (job, m.rank) in transfer.members)
+        and (job, m.rank) != me and (job, m.rank) not in said
         and _mark(calls, job, m.rank) != wanted
     ]  # fmt: skip
     stuck = []
@@ -210,5 +211,4 @@ def _hung(
 
 def _mark(calls: Any, job: str, rank: int) -> str:
     """The transfer rank ``rank`` of ``job`` last entered (see :func:`mark`); "" where none."""
-    key = f"at/{job}/{rank}"
-    return bytes(calls.get(key)).decode() if calls.check([key]) else ""
+    return peek(calls, f"at/{job}/{rank}") or ""

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from gangmesh.assembly.join_sides import Epoch, Side, epoch_of, is_ready, latest, say_ready
+from gangmesh.assembly.store_calls import peek
 from gangmesh.runtime import faults
 from gangmesh.runtime.gang import GangError
 
@@ -112,10 +113,10 @@ class Lookout:
     def look(self, mine: Side, now: Epoch) -> tuple[Epoch, bool]:
         """The epoch, and whether the other job is in it; ``now``, not ready, where the other
         job left the join."""
-        key = f"latest/{self._other.job}"
-        if not self._calls.check([key]):
+        number = peek(self._calls, f"latest/{self._other.job}")
+        if number is None:
             return now, False
-        if int(self._calls.get(key)) != self._other.incarnation:
+        if int(number) != self._other.incarnation:
             found = latest(self._calls, self._other.job)
             self._other = found if found is not None else self._other
         epoch = epoch_of(mine, self._other)

@@ -80,6 +80,11 @@ def check_request(
     topology = _plan(plan, root.size)
     given = _shards(shards, topology)
     limit = root.timeout - SLACK
+    if limit <= timedelta(0):
+        raise ValueError(
+            f"root_gang: expected a timeout over {SLACK.total_seconds():g} s (a join's "
+            f"collectives take that much less), got {root.timeout.total_seconds():g} s"
+        )
     checked = check_timeout(timeout) or min(DEFAULT_JOIN_TIMEOUT, limit)
     if checked > limit:
         raise ValueError(

@@ -27,6 +27,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from gangmesh.assembly.store_calls import peek
 from gangmesh.plan.join_plan import plan_from_record, plan_record
 from gangmesh.plan.shards import TensorShards
 from gangmesh.plan.topology import MeshTopology
@@ -111,7 +112,7 @@ class Side:
         })  # fmt: skip
 
     @classmethod
-    def read(cls, text: bytes) -> Side:
+    def read(cls, text: bytes | str) -> Side:
         """The side :meth:`text` wrote.
 
         :param text: what the store keeps.
@@ -139,11 +140,9 @@ def arrive(calls: Any, side: Side) -> Side:
 
 def latest(calls: Any, job: str) -> Side | None:
     """The last arrival of ``job``; None where it never arrived."""
-    if not calls.check([f"latest/{job}"]):
-        return None
-    number = int(calls.get(f"latest/{job}"))
-    key = f"side/{job}/{number}"
-    return Side.read(calls.get(key)) if calls.check([key]) else None
+    number = peek(calls, f"latest/{job}")
+    text = None if number is None else peek(calls, f"side/{job}/{number}")
+    return None if text is None else Side.read(text)
 
 
 def epoch_of(mine: Side, other: Side) -> Epoch:

@@ -26,6 +26,7 @@ from gangmesh.assembly.join_gangs import EpochGangs, Members, members_of
 from gangmesh.assembly.join_setup import JoinRequest
 from gangmesh.assembly.join_sides import Epoch, Side
 from gangmesh.assembly.join_store import JoinStore
+from gangmesh.assembly.store_calls import peek
 from gangmesh.assembly.weight_push import (
     check_tensors,
     direct,
@@ -45,7 +46,9 @@ from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
 log = logging.getLogger("gangmesh")
 
-_NONE = -(2**62)
+_VERSIONS = 2**62
+"""Versions are ints in [0, _VERSIONS)."""
+_NONE = -_VERSIONS
 """A rank's version where it received no route: below any other."""
 
 
@@ -129,18 +132,25 @@ class JoinedJobs:
         of the trainer sits). It belongs to the epoch: a new epoch closes it.
 
         :param ranks_by_job: job name -> ranks of that job.
-        :raises ValueError: an unknown job, no ranks, or a rank outside its job.
+        :raises ValueError: an unknown job, no ranks, a rank outside its job or named twice.
+        :raises RuntimeError: the join is closed.
         :raises GangError: a member did not come within the timeout.
         """
+        self._check_open()
+        if not ranks_by_job:
+            raise ValueError(
+                f"ranks_by_job: expected ranks of {self.job} or {self.other}, got none"
+            )
         for name, ranks in ranks_by_job.items():
             if name not in self._sides:
                 raise ValueError(
                     f"ranks_by_job: unknown job {name!r}; expected {self.job} or {self.other}"
                 )
             size = self._sides[name].plan.world_size
-            bad = [r for r in ranks if not isinstance(r, int) or not 0 <= r < size]
-            if not ranks or bad:
-                raise ValueError(f"{name}: expected ranks in [0, {size}), got {list(ranks)}")
+            ranks = list(ranks)
+            bad = [r for r in ranks if type(r) is not int or not 0 <= r < size]
+            if not ranks or bad or len(set(ranks)) < len(ranks):
+                raise ValueError(f"{name}: expected unique ranks in [0, {size}), got {ranks}")
         return self._gangs.bridge(members_of(dict(ranks_by_job)))
 
     def push(self, version: int, tensors: Mapping[str, torch.Tensor]) -> bool:
@@ -152,15 +162,19 @@ class JoinedJobs:
 
         :param version: what the receivers read back.
         :param tensors: tensor name -> this rank's shard, as its side's TensorShards say.
-        :raises TypeError, ValueError: a version that is no int, or tensors that are not this
-            rank's shards (before any process waits).
+        :raises TypeError, ValueError: a version that is no int in [0, 2**62), or tensors that
+            are not this rank's shards (before any process waits).
+        :raises RuntimeError: the join is closed.
         :raises GangError: the push failed, naming who broke it (on every rank of this job).
         """
         if isinstance(version, bool) or not isinstance(version, int):
             raise TypeError(f"version: expected an int (the step, say), got {version!r}")
+        if not 0 <= version < _VERSIONS:
+            raise ValueError(f"version: expected an int in [0, 2**62), got {version}")
+        ready = self._enter_next_epoch()
         plan = self.push_plan()
         checked = check_tensors(tensors, plan, self._root.rank, True, self._root.device)
-        return self._transfer(plan, checked, version) is not None
+        return self._transfer(plan, checked, version, ready) is not None
 
     def receive(self, tensors: Mapping[str, torch.Tensor]) -> int | None:
         """Overwrite this rank's shards of the tensors with those the other job pushes; the
@@ -168,12 +182,14 @@ class JoinedJobs:
 
         :param tensors: tensor name -> this rank's shard, as its side's TensorShards say.
         :raises TypeError, ValueError: tensors that are not this rank's shards.
+        :raises RuntimeError: the join is closed.
         :raises GangError: the push failed, naming who broke it (on every rank of this job);
             the tensors are then partly overwritten.
         """
+        ready = self._enter_next_epoch()
         plan = self.push_plan(self.other)
         checked = check_tensors(tensors, plan, self._root.rank, False, self._root.device)
-        return self._transfer(plan, checked, None)
+        return self._transfer(plan, checked, None, ready)
 
     def close(self) -> None:
         """Close the bridges, take this job's keys out of the join's store and disconnect;
@@ -238,7 +254,11 @@ class JoinedJobs:
             self._store.delete(old)
         arrival = epoch.of(self.other, self.job)
         if arrival != self._sides[self.other].incarnation:
-            text = self._store.calls.get(f"side/{self.other}/{arrival}")
+            text = peek(self._store.calls, f"side/{self.other}/{arrival}")
+            if text is None:
+                raise GangError(
+                    f"job {self.other} arrived again twice as this job met its arrival {arrival}"
+                )
             self._sides[self.other] = Side.read(text)
             self._plans.clear()
         mine = epoch.of(self.job, self.other)
@@ -251,18 +271,33 @@ class JoinedJobs:
     def _epoch_keys(self) -> list[str]:
         return join_sides.epoch_keys(self._gangs.epoch, (self.job, self.other)) + self._gangs.keys()
 
-    def _transfer(
-        self, plan: PushPlan, tensors: dict[str, torch.Tensor], version: int | None
-    ) -> int | None:
-        """Send (``version`` given) or receive this rank's routes, in the epoch the last call
-        found; the version pushed, None where the other job was not in it. Every rank of this
-        job learns whether every rank's routes went through, and the epoch of the next call.
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
 
-        :raises GangError: a route failed (here or on another rank of this job).
+    def _enter_next_epoch(self) -> bool:
+        """Enter the epoch the last push or receive found (every rank of this job found the
+        same); whether the other job is in it. The plans are then both jobs' current ones.
+
+        :raises RuntimeError: the join is closed.
         """
+        self._check_open()
         epoch, ready = self._next
         if epoch != self._gangs.epoch:
             self._switch(epoch)
+        return ready
+
+    def _transfer(
+        self, plan: PushPlan, tensors: dict[str, torch.Tensor], version: int | None, ready: bool
+    ) -> int | None:
+        """Send (``version`` given) or receive this rank's routes, in the current epoch, where
+        the other job is ``ready`` in it; the version pushed, None where it was not. Every rank
+        of this job learns whether every rank's routes went through, and the epoch of the next
+        call.
+
+        :raises GangError: a route failed (here or on another rank of this job).
+        """
+        epoch = self._gangs.epoch
         failure, got = None, None
         if ready:
             self._transfers += 1

@@ -19,8 +19,9 @@ from typing import Any
 
 from gangmesh.runtime import call_thread
 
-_given_up: set[int] = set()
-"""The ids of the store connections given up on (each is kept alive by the thread in it)."""
+_given_up: dict[int, Any] = {}
+"""The store connections given up on, by id: held here, so that no later store takes the id
+while it is listed (the thread in a call given up on ends once the call returns)."""
 
 
 def margin(timeout: timedelta) -> float:
@@ -70,20 +71,33 @@ class BoundedStore:
         :raises RuntimeError: it did not return in time, or an earlier call through the same
             connection did not (and what the call raises).
         """
-        key = id(_connection(self._store))
+        connection = _connection(self._store)
+        key = id(connection)
         if key in _given_up:
             raise RuntimeError("the job's store did not answer an earlier call")
         method = getattr(self._store, name)
         try:
             return call_thread.of(key, "gangmesh-store-calls").call(lambda: method(*args), seconds)
         except TimeoutError:
-            _given_up.add(key)
+            _given_up[key] = connection
             call_thread.forget(key)
             raise RuntimeError(f"the job's store did not answer within {seconds:g} s") from None
+
+
+_ABSENT = "\x00gangmesh: no such key\x00"
+"""What :func:`peek` expects a key to hold: no value a store of gangmesh's is set to."""
+
+
+def peek(store: Any, key: str) -> str | None:
+    """``key``'s value in ``store``, None where it is not set: one call that neither waits for
+    the key (``get`` would, up to the store's timeout, where another process deleted it since
+    a ``check``) nor sets it (``compare_set`` sets an absent key only where it expects "")."""
+    value = bytes(store.compare_set(key, _ABSENT, _ABSENT)).decode()
+    return None if value == _ABSENT else value
 
 
 def release(store: Any) -> None:
     """End the thread of ``store``'s connection, which its owner closes (its calls are done)."""
     key = id(_connection(store))
-    _given_up.discard(key)
+    _given_up.pop(key, None)
     call_thread.end(key)

@@ -13,6 +13,7 @@ import argparse
 import json
 from typing import Any
 
+from gangmesh.plan.dims import Dim
 from gangmesh.plan.join_plan import plan_record
 from gangmesh.plan.push_plan import PushPlan, Route
 from gangmesh.plan.shards import ITEM_SIZES, Box, TensorShards
@@ -24,7 +25,7 @@ from gangmesh.tools.render import plan_table
 
 PUSH = "ROWSxCOLS[:DTYPE]"
 """How ``--push`` is written."""
-SPLIT = ("tp", "dp_shard")
+SPLIT = (Dim.TP.value, Dim.DP_SHARD.value)
 """The mesh dimensions that split a weight's rows, outermost first."""
 
 

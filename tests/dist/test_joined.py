@@ -111,7 +111,8 @@ def test_a_bridge_joins_the_ranks_asked_and_bad_input_is_refused_by_name(pushed)
         assert got["bridged"] == [rank, 5, 42.0]  # the generator's ranks first: jobs by name
     assert trainer[0]["bridged"] == [4, 5, 42.0] and "bridged" not in trainer[1]
     for rank, got in [*trainer.items(), *generator.items()]:
-        assert got["bad_rank"] == "generator: expected ranks in [0, 4), got [4]", rank
+        assert got["bad_rank"] == "generator: expected unique ranks in [0, 4), got [4]", rank
+        assert got["twice"] == "generator: expected unique ranks in [0, 4), got [1, 1]", rank
         assert "ranks_by_job: unknown job 'critic'" in got["bad_job"], rank
         assert re.match(
             r"tensors\['0\.bias'\]: expected this rank's shard \[\d+:\d+\] of \[16\]",

@@ -12,12 +12,12 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from gangmesh.assembly.join_blame import STOPPED_BY_LAUNCHER, Transfer, blame, mark, report
+from gangmesh.assembly.join_blame import Transfer, blame, mark, report
 from gangmesh.assembly.join_sides import Epoch, Member, Side
 from gangmesh.assembly.store_calls import BoundedStore, release
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import faults
-from gangmesh.runtime.faults import outside, stop_notice
+from gangmesh.runtime.faults import STOPPED_BY_LAUNCHER, outside, stop_notice
 
 EPOCH = Epoch(2, 3)
 TIMEOUT = timedelta(seconds=3)

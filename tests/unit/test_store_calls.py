@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from gangmesh.assembly.store_calls import BoundedStore, given_up, margin
+from gangmesh.assembly.store_calls import BoundedStore, given_up, margin, peek
 
 EXTRA = margin(timedelta(seconds=10))
 
@@ -83,3 +83,17 @@ def test_the_margin_of_a_store_call_grows_with_the_job_s_timeout():
     assert margin(timedelta(seconds=10)) == 2.0
     assert margin(timedelta(seconds=200)) == 10.0
     assert margin(timedelta(minutes=15)) == 30.0
+
+
+def test_a_peek_neither_waits_for_an_absent_key_nor_sets_it():
+    # a TCPStore whose get would wait a minute for a key another process deleted
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(minutes=1))
+    store = BoundedStore(server, EXTRA)
+    assert peek(store, "gone") is None
+    assert not server.check(["gone"]) and server.num_keys() == 0
+    store.set("here", "value")
+    assert peek(store, "here") == "value"
+    store.set("empty", "")
+    assert peek(store, "empty") == ""
+    store.delete_key("here")
+    assert peek(store, "here") is None and not given_up(server)

@@ -27,7 +27,7 @@ from gangmesh.runtime.faults.blame import record as record_named
 from gangmesh.runtime.faults.culprits import Call
 from gangmesh.runtime.faults.error_files import write_for_unseen
 from gangmesh.runtime.faults.failure_reports import channel, fates, store_keeper
-from gangmesh.runtime.faults.outside import Listener
+from gangmesh.runtime.faults.outside import STOPPED_BY_LAUNCHER, Listener
 from gangmesh.runtime.faults.outside import forget as forget_outside
 from gangmesh.runtime.faults.outside import listen as listen_outside
 from gangmesh.runtime.faults.outside import note as note_outside
@@ -41,6 +41,7 @@ from gangmesh.runtime.faults.torch_calls import consequence
 from gangmesh.runtime.faults.torch_errors import summary
 
 __all__ = [
+    "STOPPED_BY_LAUNCHER",
     "TERMINATED",
     "Call",
     "Listener",

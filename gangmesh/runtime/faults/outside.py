@@ -13,6 +13,9 @@ from collections.abc import Callable
 
 log = logging.getLogger("gangmesh")
 
+STOPPED_BY_LAUNCHER = "was stopped (SIGTERM) by its launcher"
+"""What a listener is told where the launcher stops this process (no fault of its own)."""
+
 Listener = Callable[[str], None]
 """Told what ended this process, in words that follow its name."""
 

@@ -92,7 +92,7 @@ def _watch(read_end: int) -> None:
             if last_words.dying_of_own_error():  # it said what broke it: it ends as it would
                 _said.set()
                 os._exit(1)
-            outside.tell("was stopped (SIGTERM) by its launcher")
+            outside.tell(outside.STOPPED_BY_LAUNCHER)
             if _ending_by_itself():  # with its own status, if soon
                 time.sleep(_EXITING_BOUND)
             _say_who()

@@ -59,6 +59,7 @@ def main() -> None:
     # bad input: refused on each process before it waits for another
     out["bad_rank"] = refused(lambda: joined.bridge(trainer=[0], generator=[4]))
     out["bad_job"] = refused(lambda: joined.bridge(critic=[0]))
+    out["twice"] = refused(lambda: joined.bridge(generator=[1, 1]))
     wrong = {name: t.double() for name, t in local_shards(model).items()}
     out["bad_tensors"] = refused(
         lambda: joined.push(0, wrong) if training else joined.receive(wrong)
