@@ -50,7 +50,8 @@ def add_arguments(plan: argparse.ArgumentParser) -> None:
 def jobs_of(args: argparse.Namespace) -> tuple[dict[str, MeshTopology], TensorShards]:
     """The two jobs' plans, by name, and the weight pushed.
 
-    :raises Failure: not two jobs, a bad spec, a job named twice, or a bad ``--push``.
+    :raises Failure: not two jobs, an option of a single plan beside them, a bad spec, a job
+        named twice, or a bad ``--push``.
     """
     if len(args.job) != 2:
         raise Failure(
@@ -58,6 +59,17 @@ def jobs_of(args: argparse.Namespace) -> tuple[dict[str, MeshTopology], TensorSh
         )
     if args.part or args.world_size is not None:
         raise Failure("--job: not with --part or --world-size; each job's spec gives its size")
+    refused = [*getattr(args, "given_sizes", ())]
+    refused += [option for option, given in (
+        ("--order", args.order is not None), ("--expert", args.expert),
+        ("--rank", args.rank is not None), ("--ranks-per-node", args.ranks_per_node is not None),
+        ("--strict", args.strict), ("--replica-groups", args.replica_groups is not None),
+    ) if given]  # fmt: skip
+    if refused:
+        raise Failure(
+            f"{refused[0]}: not with --job, which plans each job from its spec "
+            f"(NAME=SIZE[:DIM=SIZE,...], e.g. --job trainer=4:tp=2)"
+        )
     plans: dict[str, MeshTopology] = {}
     for spec in args.job:
         name, size, layout = parse_part(spec, "--job")

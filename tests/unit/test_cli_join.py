@@ -50,6 +50,10 @@ def test_the_json_lists_each_route_and_the_svg_draws_a_line_per_receiver(capsys)
         ([*JOBS, "--push", "8x:float32"], "--push: expected ROWSxCOLS[:DTYPE] with positive ROWS"),
         ([*JOBS, "--push", "8x4:float31"], "--push: expected a DTYPE of float64, float32"),
         ([*JOBS, "--world-size", "6"], "--job: not with --part or --world-size"),
+        ([*JOBS, "--tp", "2"], "--tp: not with --job, which plans each job from its spec"),
+        ([*JOBS, "--rank", "1"], "--rank: not with --job"),
+        ([*JOBS, "--ranks-per-node", "2"], "--ranks-per-node: not with --job"),
+        ([*JOBS, "--replica-groups", "2"], "--replica-groups: not with --job"),
         (["--job", "a=2", "--job", "a=2"], "--job a=2: job a is named twice"),
         (
             ["--job", "a=3:tp=2", "--job", "b=2"],

@@ -3,7 +3,8 @@ launcher each time, while the other goes on training and names each fault.
 
     joined_faults.py OUT trainer|generator ADDRESS VICTIM_JOB KIND[,KIND...]
 
-The trainer (FSDP2 over 2 processes) pushes its weights every step; the generator (tp 2)
+The trainer (FSDP2 over 2 processes) pushes its weights every step; the generator (tp 2;
+where it breaks, 2 whole replicas in its odd attempts: a layout the trainer meets anew)
 receives them. The job VICTIM_JOB runs under torchrun with a restart per KIND: in attempt
 ``k`` its rank ``k % 2`` breaks as it enters its second transfer, by KIND ``k`` ("raise" a
 ValueError, "kill" itself, "stop" itself, "hang" in a wait of its own); its last attempt does
@@ -75,9 +76,9 @@ def end_victims(out: Path, index: int, survivors: int) -> None:
 class Side:
     """One job's model and its transfer across the join."""
 
-    def __init__(self, role: str, root: gm.Gang) -> None:
+    def __init__(self, role: str, root: gm.Gang, layout: str) -> None:
         self.role, self.training = role, role == "trainer"
-        self.gangs = gm.create_gangs(root, **LAYOUTS["fsdp" if self.training else "tp"])
+        self.gangs = gm.create_gangs(root, **LAYOUTS[layout])
         self.model = make_model(self.gangs, train=self.training)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1) if self.training else None
         self.step = 0
@@ -185,7 +186,11 @@ def main() -> None:
     out, role, address, victim_job = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     kinds = sys.argv[5].split(",")
     root = gm.setup_root_gang(timeout=timedelta(seconds=20))
-    side = Side(role, root)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    layout = "fsdp" if role == "trainer" else "tp"
+    if role == victim_job == "generator" and attempt % 2:
+        layout = "replicas"
+    side = Side(role, root, layout)
     if role == victim_job:
         sys.argv[1] = str(out / "victim")  # where write_results writes
         victim(side, out, address, kinds)

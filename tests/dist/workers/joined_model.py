@@ -20,6 +20,7 @@ LAYOUTS = {
     "tp_dp": {"dp_replicate": 2, "dp_shard": 1, "tp": 2},
     "fsdp": {"dp_shard": 2},
     "tp": {"dp_shard": 1, "tp": 2},
+    "replicas": {"dp_replicate": 2, "dp_shard": 1},
 }
 """Each layout a side of a test takes, by name."""
 
