@@ -12,10 +12,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch.distributed.distributed_c10d
+import torch.distributed.pipelining.schedules
 
 from gangmesh.runtime.faults import stacks
 
@@ -144,3 +147,29 @@ def test_dumps_can_be_switched_off(tmp_path):
     """)
     env = {**os.environ, "PYTHONPATH": str(REPO), stacks.SWITCH: "0"}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+
+
+def test_a_thread_is_in_a_collective_where_its_innermost_frame_past_the_stdlib_is_torch_s():
+    c10d = torch.distributed.distributed_c10d.__file__
+    schedules = torch.distributed.pipelining.schedules.__file__
+    waits = threading.__file__  # the standard library's: looked through
+    own = "/work/train.py"
+    frames = {
+        "in a collective": [(c10d, 1, "all_reduce"), (own, 9, "step")],
+        "waiting on one": [(waits, 1, "wait"), (c10d, 1, "wait"), (own, 9, "step")],
+        "own code in a hook of torch's": [
+            (own, 3, "hang"),
+            (schedules, 1, "step"),
+            (own, 9, "main"),
+        ],
+        "own code, through the stdlib": [(waits, 1, "wait"), (own, 3, "load"), (c10d, 1, "x")],
+        "the stdlib alone": [(waits, 1, "wait"), ("<frozen runpy>", 1, "_run_code")],
+    }
+    found = {what: stacks._in_collective(f) for what, f in frames.items()}
+    assert found == {
+        "in a collective": True,
+        "waiting on one": True,
+        "own code in a hook of torch's": False,
+        "own code, through the stdlib": False,
+        "the stdlib alone": True,
+    }

@@ -50,6 +50,8 @@ _FRAMES = 2
 _LINE = 100
 """The most characters of a source line an answer repeats."""
 _PATHS = sysconfig.get_paths()
+_STDLIB = Path(_PATHS["stdlib"]).resolve()
+_PACKAGES = {Path(_PATHS[name]).resolve() for name in ("purelib", "platlib")}
 _LIBRARIES = (
     *{str(Path(_PATHS[name]).resolve()) for name in ("stdlib", "purelib", "platlib")},
     str(Path(__file__).resolve().parents[2]),
@@ -165,9 +167,23 @@ def ask(pid: int, fd: int, main: int, bound: float = ANSWER_BOUND) -> Standing |
     block = _main_block(text, main)
     if block is None:
         return None
-    files = {Path(file).resolve() for file, _, _ in block}
-    inside = any(file.is_relative_to(root) for file in files for root in _COLLECTIVES)
-    return Standing(where(block), inside)
+    return Standing(where(block), _in_collective(block))
+
+
+def _in_collective(frames: list[tuple[str, int, str]]) -> bool:
+    """Whether the innermost of ``frames`` (innermost first) that is not the standard
+    library's is torch.distributed's or gangmesh's: a thread in a collective, a wait on one or
+    a meeting of the job's. The program's own code called from a hook of torch's (a pipeline
+    stage's forward, a module hook of FSDP2's) is the program's. No such frame: counted as
+    in one (nothing proves otherwise)."""
+    for file, _, _ in frames:
+        path = Path(file).resolve()
+        if file.startswith("<frozen") or (
+            path.is_relative_to(_STDLIB) and not any(path.is_relative_to(p) for p in _PACKAGES)
+        ):
+            continue
+        return any(path.is_relative_to(root) for root in _COLLECTIVES)
+    return True
 
 
 def _main_block(text: str, main: int) -> list[tuple[str, int, str]] | None:
