@@ -20,7 +20,11 @@ from typing_extensions import override
 from gangmesh.runtime import _c10d
 from gangmesh.runtime._backend import TORCH_OPS
 from gangmesh.runtime._validate import Splits, normalized_device
+from gangmesh.runtime.call_thread import CallThread
 from gangmesh.runtime.gang import GangError, PlacedGang, ReduceOperation
+
+_MEETING_MARGIN = 5.0
+"""Seconds a bridge's meeting may take beyond its timeout before its store is given up on."""
 
 Blame = Callable[[str, BaseException], GangError]
 """The GangError of a failed collective (``"broadcast failed on ..."``), and torch's error."""
@@ -82,10 +86,21 @@ class BridgeGang(PlacedGang):
         gang rank of rank 0 of job trainer."""
         self._rank, self._size, self._device = rank, size, normalized_device(device)
         self._name, self._blame, self.timeout = name, blame, timeout
-        try:
-            self._backend: Any = _c10d.standalone_backend(store, rank, size, self._device, timeout)
+        meeting = CallThread("gangmesh-bridge-meeting")
+        try:  # the meeting's store calls wait without end for a server that is stopped
+            self._backend: Any = meeting.call(
+                lambda: _c10d.standalone_backend(store, rank, size, self._device, timeout),
+                timeout.total_seconds() + _MEETING_MARGIN,
+            )
+        except TimeoutError:
+            raise GangError(
+                f"creating {self.describe()} failed: its store did not answer within "
+                f"{timeout.total_seconds() + _MEETING_MARGIN:g} s (the join server stopped?)"
+            ) from None
         except RuntimeError as ex:
             raise blame(f"creating {self.describe()} failed", ex) from ex
+        finally:
+            meeting.end(0)
 
     @property
     @override
