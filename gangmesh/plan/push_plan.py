@@ -154,17 +154,14 @@ class PushPlan:
     def _lay_routes(self) -> tuple[Route, ...]:
         """Each piece assigned to the holder with the least bytes so far, largest first;
         the pieces of one sender to the same receivers gathered in one route."""
-        wanted: dict[tuple[str, Box, Box], list[int]] = defaultdict(list)
-        holders: dict[tuple[str, Box], list[int]] = defaultdict(list)
-        for name in self.names:
-            for sender in range(self._senders.world_size):
-                holders[name, self.sender_box(name, sender)].append(sender)
-            for receiver in range(self._receivers.world_size):
-                mine = self.receiver_box(name, receiver)
-                for held in [box for n, box in holders if n == name]:
-                    piece = held.overlap(mine)
-                    if piece is not None:
-                        wanted[name, held, piece].append(receiver)
+        wanted: dict[tuple[str, Box, Box], list[int]] = {}
+        holders: dict[tuple[str, Box], list[int]] = {}
+        found: dict[tuple[TensorShards, TensorShards], _Overlaps] = {}
+        for name in self.names:  # tensors held alike (a model's layers) are looked at once
+            alike = (self._sent[name], self._received[name])
+            held_by, pieces = found.get(alike) or found.setdefault(alike, self._overlaps(name))
+            holders.update(((name, held), senders) for held, senders in held_by.items())
+            wanted.update(((name, *box_pair), ranks) for box_pair, ranks in pieces.items())
         parts = [
             (name, held, part, tuple(receivers))
             for (name, held, piece), receivers in wanted.items()
@@ -184,8 +181,27 @@ class PushPlan:
             for (sender, receivers), pieces in sorted(routes.items())
         )  # fmt: skip
 
+    def _overlaps(self, name: str) -> _Overlaps:
+        """Tensor ``name``'s held boxes with their senders, and each piece of a held box that
+        receivers hold, with those receivers."""
+        held_by: dict[Box, list[int]] = defaultdict(list)
+        for sender in range(self._senders.world_size):
+            held_by[self.sender_box(name, sender)].append(sender)
+        pieces: dict[tuple[Box, Box], list[int]] = defaultdict(list)
+        for receiver in range(self._receivers.world_size):
+            mine = self.receiver_box(name, receiver)
+            for held in held_by:
+                piece = held.overlap(mine)
+                if piece is not None:
+                    pieces[held, piece].append(receiver)
+        return held_by, pieces
+
     def _bytes(self, name: str, box: Box) -> int:
         return self._sent[name].item_size * box.numel
+
+
+_Overlaps = tuple[dict[Box, list[int]], dict[tuple[Box, Box], list[int]]]
+"""A tensor's held boxes with their senders; its pieces (held box, piece) with receivers."""
 
 
 def _cut(box: Box, count: int) -> list[Box]:
