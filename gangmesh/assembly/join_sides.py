@@ -10,9 +10,13 @@ Keys, under the join's prefix:
   arrival before last is deleted as it arrives;
 - ``ready/<a>.<b>/<job>``: the job is in the epoch of arrivals ``a`` and ``b`` (the two jobs
   by name): an epoch is used once both are in it;
-- ``report/<job>/<rank>``: what ended that process, in its own words, or that its launcher
-  stopped it (with its pid); ``at/<job>/<rank>``: the epoch and number of the last transfer
-  it entered.
+- ``joined/<job>/<n>``: what rank 0 of arrival ``n`` found as it met the other job (the
+  epoch, or the error), read by the job's other ranks;
+- ``reports/<job>``: what ended each process of the job, in its own words, or that its
+  launcher stopped it (one JSON line per process, with its rank and pid);
+  ``at/<job>/<rank>``: the epoch and number of the last transfer it entered;
+- ``finding/<a>.<b>/<job>``: the GangError a rank of the job found as a transfer of the epoch
+  failed, for its other ranks.
 
 An epoch is named by the arrivals it pairs, so two jobs that read each other's arrivals at
 different moments never take one epoch for another; its number, ``a + b - 1``, grows with
