@@ -10,6 +10,7 @@ them: ``gangmesh join-server --port 29600``, or :func:`serve_join` in a process 
 from __future__ import annotations
 
 import logging
+import os
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -44,10 +45,10 @@ class JoinServer:
     def keys(self) -> int:
         """How many keys the store holds (the joins' and the store's own).
 
-        :raises GangError: the server is stopped.
+        :raises RuntimeError: the server is stopped.
         """
         if self.store is None:
-            raise GangError(f"the join server at {self.address} is stopped")
+            raise RuntimeError(f"the join server at {self.address} is stopped")
         return int(self.store.num_keys())
 
     def close(self) -> None:
@@ -86,13 +87,15 @@ def serve_join(host: str = "127.0.0.1", port: int = 0) -> JoinServer:
     socket = listener(address, port)
     if socket is None:
         raise GangError(f"the join server cannot listen at {host}:{port}: the port is taken")
-    store = dist.TCPStore(  # type: ignore[attr-defined]
-        address,
-        socket.getsockname()[1],
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=30),
-        master_listen_fd=socket.detach(),
-    )
+    port = socket.getsockname()[1]
+    fd = socket.detach()
+    try:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            address, port, is_master=True, wait_for_workers=False,
+            timeout=timedelta(seconds=30), master_listen_fd=fd,
+        )  # fmt: skip
+    except BaseException:
+        os.close(fd)  # the store did not take it
+        raise
     log.info("serving a join store at %s:%d", host, store.port)
     return JoinServer(store, host)
