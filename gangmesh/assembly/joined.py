@@ -323,7 +323,7 @@ class JoinedJobs:
         """This rank's routes: every broadcast started, then waited for; a receiver's pieces
         then put in place. The version received (None for a sender, or a rank in no route).
 
-        :raises GangError: a broadcast failed.
+        :raises GangError: a broadcast failed, or what came was sent in another epoch.
         """
         epoch, rank = self._gangs.epoch, self._root.rank
         waits: list[Pending] = []
@@ -353,7 +353,10 @@ class JoinedJobs:
             unpack(route, plan, data, rank, tensors)
         for into, then in copies:
             then.copy_(into)
-        return header(buffers[0][1])[0]
+        version, sent_in = header(buffers[0][1])
+        if sent_in != epoch.number:  # the routes of another epoch's push: never the current
+            raise GangError(f"a push of join epoch {sent_in} arrived in epoch {epoch.number}")
+        return version
 
     def _agree(self, failure: GangError | None, version: int | None, ready: bool) -> int | None:
         """Every rank of this job: the version pushed, where every rank's routes went through
