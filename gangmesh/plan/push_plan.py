@@ -137,12 +137,20 @@ class PushPlan:
         """
         return self._sent[name]
 
+    def data_bytes(self, route: Route) -> int:
+        """The bytes of the tensors' elements ``route`` carries (its buffer's padding not
+        counted).
+
+        :param route: one of :attr:`routes`.
+        """
+        return sum(self._bytes(piece.name, piece.box) for piece in route.pieces)
+
     def bytes_sent(self, rank: int) -> int:
-        """The bytes sender ``rank`` sends (each route's once).
+        """The bytes of elements sender ``rank`` sends (each route's once).
 
         :param rank: a rank of the sending job.
         """
-        return sum(route.nbytes for route in self.routes if route.sender == rank)
+        return sum(self.data_bytes(route) for route in self.routes if route.sender == rank)
 
     @property
     def total_bytes(self) -> int:

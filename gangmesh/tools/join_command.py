@@ -125,7 +125,7 @@ def push_lines(sender: str, receiver: str, push: PushPlan) -> list[str]:
     ]
     for route in push.routes:
         lines.append(f"  {sender} {_where(push, route)} -> {receiver} {_ranks(route.receivers)}: "
-                     f"{_rows(route, weight)}, {_size(route.nbytes)}")  # fmt: skip
+                     f"{_rows(route, weight)}, {_size(push.data_bytes(route))}")  # fmt: skip
     senders = sorted({route.sender for route in push.routes})
     busiest = max(push.bytes_sent(rank) for rank in senders)
     lines.append(
@@ -175,7 +175,7 @@ def _document(
                 {
                     "sender": r.sender,
                     "receivers": list(r.receivers),
-                    "bytes": r.nbytes,
+                    "bytes": push.data_bytes(r),
                     "pieces": [_box(p.box) for p in r.pieces],
                 }
                 for r in push.routes
