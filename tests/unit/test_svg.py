@@ -146,7 +146,7 @@ def test_rows_are_nodes_only_with_ranks_per_node(tmp_path):
     assert {t for t in texts(with_nodes) if t.startswith("node ")} == {"node 0", "node 1"}
     assert not [t for t in texts(without) if t.startswith("node ")]
     assert "ranks 8-15" in texts(without)
-    assert "rows: 8 consecutive ranks; --ranks-per-node draws nodes" in legend(without)
+    assert "rows: up to 8 consecutive ranks; --ranks-per-node draws nodes" in legend(without)
     assert "rows: one node of 6 ranks each" in legend(with_nodes)
 
 
