@@ -34,11 +34,12 @@ def run_join_server(args: argparse.Namespace) -> int:
 
     :raises Failure: a host that is no address of this host, a port out of range or taken.
     """
+    stops = {signal.SIGTERM, signal.SIGINT}
+    # blocked before torch starts any thread: every thread then leaves them to sigwait below
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     from gangmesh.assembly.join_server import serve_join  # puts off torch
     from gangmesh.runtime.gang import GangError
 
-    stops = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
         server = serve_join(args.host, args.port)
     except ValueError as ex:  # it names the argument: host or port

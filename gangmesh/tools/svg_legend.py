@@ -20,7 +20,8 @@ def legend_lines(
         wraps = " (wrapped)" if grid.per_node > grid.cols else ""
         lines.append(("", f"rows: one node of {grid.per_node} ranks each{wraps}"))
     else:
-        lines.append(("", f"rows: up to {grid.cols} consecutive ranks; --ranks-per-node draws nodes"))
+        rows = f"rows: up to {grid.cols} consecutive ranks; --ranks-per-node draws nodes"
+        lines.append(("", rows))
     used = {mark for marked in marks for mark in marked}
     for avoidable in (True, False):
         if avoidable in used:
