@@ -35,8 +35,21 @@ def run_join_server(args: argparse.Namespace) -> int:
     :raises Failure: a host that is no address of this host, a port out of range or taken.
     """
     stops = {signal.SIGTERM, signal.SIGINT}
-    # blocked before torch starts any thread: every thread then leaves them to sigwait below
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    # blocked before torch starts any thread (every thread then leaves them to sigwait), and
+    # unblocked again after: a process that calls this and goes on keeps its signals
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        _serve_until_stopped(args, stops)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    return 0
+
+
+def _serve_until_stopped(args: argparse.Namespace, stops: set[signal.Signals]) -> None:
+    """Serve until one of ``stops`` (blocked in every thread) comes.
+
+    :raises Failure: as :func:`run_join_server` says.
+    """
     from gangmesh.assembly.join_server import serve_join  # puts off torch
     from gangmesh.runtime.gang import GangError
 
@@ -50,4 +63,3 @@ def run_join_server(args: argparse.Namespace) -> int:
         sys.stdout.write(f"serving a join store at {server.address}\n")
         sys.stdout.flush()
         signal.sigwait(stops)
-    return 0

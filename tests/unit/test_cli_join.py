@@ -98,5 +98,8 @@ def test_the_join_server_serves_until_sigterm():
     ],
 )
 def test_the_join_server_refuses_a_bad_address_in_one_line(capsys, args, words):
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert main(["join-server", *args]) == 2
     assert words in capsys.readouterr().err
+    # the caller's signals as they were: a blocked SIGTERM would pass to every child it starts
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
