@@ -35,10 +35,10 @@ def join_jobs(
     wait: timedelta | None = None,
 ) -> JoinedJobs:
     """Join this job (``job``) with job ``other``, launched apart, at the join server at
-    ``address``; every rank of this job calls it. It returns once both jobs are in one epoch.
+    ``address``; every rank of this job calls it. It returns once both jobs are in one epoch::
 
-    >>> joined = gm.join_jobs(root, job="trainer", other="generator",  # doctest: +SKIP
-    ...                       address="10.0.0.1:29600", plan=gangs.plan, shards=shards)
+        joined = gm.join_jobs(root, job="trainer", other="generator",
+                              address="10.0.0.1:29600", plan=gangs.plan, shards=shards)
 
     :param root_gang: this job's root gang (from :func:`~gangmesh.setup_root_gang`).
     :param job: this job's name in the join.
