@@ -103,6 +103,7 @@ class HostBed:
         except BaseException:
             self.close()
             raise
+        self._remove_files()  # the hosts' mounts keep them: nothing on disk outlives a kill
         self.inodes = [inode for holder in self._holders for inode in holder.inodes.values()]
         log.debug("host bed %s: %s", self.name, [(h.name, h.address) for h in self.hosts])
 
@@ -203,6 +204,10 @@ class HostBed:
         if self._holders:
             self._closed_at = time.clock_gettime(time.CLOCK_BOOTTIME)
         self._holders = []
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        """Remove the hosts file and resolv.conf the hosts mount, and their folder."""
         with contextlib.suppress(OSError):
             for path in self._folder.iterdir():
                 path.unlink()

@@ -32,13 +32,13 @@ class Lighthouse:
     address: str
     """Where the replica groups reach it: ``http://host:port``."""
     log_path: Path
-    """The file its output goes to."""
+    """The file its output goes to, until :meth:`close` removes it."""
 
     def __init__(self, process: subprocess.Popen[bytes], address: str, log_path: Path) -> None:
         self.process, self.address, self.log_path = process, address, log_path
 
     def close(self) -> None:
-        """Stop the lighthouse and wait for it to end."""
+        """Stop the lighthouse, wait for it to end and remove its log."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -46,6 +46,7 @@ class Lighthouse:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> Lighthouse:
         return self
@@ -107,13 +108,21 @@ def start_lighthouse(
         except subprocess.TimeoutExpired:
             if time.monotonic() < deadline:
                 continue
+            said = _tail(log_path)
             lighthouse.close()
             raise GangError(
                 f"start_lighthouse: {SCRIPT} did not listen on {host}:{port} within "
-                f"{timeout.total_seconds():g} s (its log: {log_path})"
+                f"{timeout.total_seconds():g} s; its output: {said}"
             ) from None
-        raise GangError(f"start_lighthouse: {SCRIPT} ended with {code}: {log_path.read_text()}")
+        said = _tail(log_path)
+        lighthouse.close()
+        raise GangError(f"start_lighthouse: {SCRIPT} ended with {code}: {said}")
     return lighthouse
+
+
+def _tail(log_path: Path) -> str:
+    """The end of the lighthouse's output, for an error's message."""
+    return log_path.read_text(errors="replace")[-2000:].strip() or "(none)"
 
 
 def lighthouse_command(

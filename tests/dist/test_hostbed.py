@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -100,7 +101,8 @@ MAKER = textwrap.dedent(
     bed = HostBed(2)
     stray = subprocess.Popen(bed.command(1, ["sleep", "600"]), start_new_session=True)
     print(json.dumps({"inodes": bed.inodes, "holders": [bed.hosts[0].link] +
-                      [h.holder for h in bed.hosts], "stray": stray.pid}), flush=True)
+                      [h.holder for h in bed.hosts], "stray": stray.pid,
+                      "files": str(bed._folder)}), flush=True)
     sys.stdin.read()
     """
 )
@@ -124,6 +126,7 @@ def test_a_bed_whose_maker_is_killed_leaves_nothing():
         for pid in [*made["holders"], made["stray"]]:
             assert ended(pid, 30), f"process {pid} of the bed still runs"
         assert processes_in(made["inodes"], boot_clock()) == []
+        assert not Path(made["files"]).exists(), "the hosts' files outlived their maker"
     finally:
         maker.kill()
         maker.wait()

@@ -137,6 +137,8 @@ def test_torchft_s_lighthouse_answers_and_shows_the_interface_it_was_asked_from(
     pytest.importorskip("torchft")
     with gm.start_lighthouse(heartbeat_timeout=timedelta(seconds=1)) as lighthouse:
         assert ask_lighthouse(lighthouse.address, 5.0) == Answer("", "127.0.0.1")
+        assert lighthouse.log_path.exists()
+    assert lighthouse.process.returncode is not None and not lighthouse.log_path.exists()
 
 
 def test_the_group_number_comes_from_the_argument_or_the_variable(monkeypatch):
