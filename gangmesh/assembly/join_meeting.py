@@ -103,8 +103,9 @@ def outcome(calls: Any, job: str, incarnation: int, wait: timedelta) -> Epoch:
 class Lookout:
     """The leader's look, at each push or receive, for the epoch to be in from the next one on:
     that of this job's and the other job's last arrivals (the other job's read again only
-    where its number changed), said to be this job's; and whether the other job is in it too
-    (asked until it is)."""
+    where its number changed), and whether the other job is in it (asked until it is). The
+    epoch is said to be this job's only once the job agreed that its transfer went through
+    (:meth:`say`): a job that is breaking never draws the other into an epoch with it."""
 
     def __init__(self, calls: Any, other: Side, epoch: Epoch) -> None:
         self._calls, self._other = calls, other
@@ -122,10 +123,14 @@ class Lookout:
         epoch = epoch_of(mine, self._other)
         if epoch == self._ready:
             return epoch, True
-        if epoch != self._said:
-            say_ready(self._calls, epoch, mine.job)
-            self._said = epoch
         if is_ready(self._calls, epoch, self._other.job):
             self._ready = epoch
             return epoch, True
         return epoch, False
+
+    def say(self, epoch: Epoch, job: str) -> None:
+        """Say that ``job`` is in ``epoch`` (once): its ranks agreed that their last transfer
+        went through, so that it goes on."""
+        if epoch != self._said:
+            say_ready(self._calls, epoch, job)
+            self._said = epoch

@@ -380,6 +380,8 @@ class JoinedJobs:
             self._told = None
         if not failed:
             self._next = (Epoch(first, second), bool(next_ready))
+            if self._root.rank == 0:
+                self._lookout.say(self._next[0], self.job)
             return int(pushed) if ready and pushed != _NONE else None
         self._next = (self._gangs.epoch, False)  # the epoch is over: the next call looks again
         if self._root.rank == 0:
