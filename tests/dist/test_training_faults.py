@@ -101,7 +101,7 @@ def test_inside_a_pipeline_stage_torch_s_wrapper_is_seen_through(tmp_path, job, 
     # collective; rank 3's error, as every survivor and torchrun tell it, is its ValueError.
     args = (str(tmp_path), "3", fault, "0", "raise", f"{TIMEOUT:g}", "forward", job, "2")
     options = (
-        f"--monitor-interval={TIMEOUT + 11:g}",
+        f"--monitor-interval={TIMEOUT + 20:g}",
     )  # its first look: after every survivor raised
     run = torchrun("train_faults.py", 4, *args, timeout=150, options=options)
     found = run.results(tmp_path)
