@@ -119,11 +119,15 @@ def torchrun_on_hosts(bed: HostBed, per_host: int, *command: str, timeout: float
     ]  # fmt: skip
     if command[0] != "-m":
         command = (str(WORKERS / command[0]), *command[1:])
-    return run_on_hosts(
-        bed,
-        [
-            OnHost(host.index, "torch.distributed.run", [*agent, *command], {}, module=True)
-            for host in bed.hosts
-        ],
-        timeout,
-    )
+    # the agents' own folders (torchrun's error files and logs) go where the run removes them,
+    # also after an agent cut off with its host was killed before it cleaned up
+    with tempfile.TemporaryDirectory(prefix="gangmesh-agents-") as logs:
+        return run_on_hosts(
+            bed,
+            [
+                OnHost(host.index, "torch.distributed.run",
+                       [*agent, f"--log-dir={logs}/host{host.index}", *command], {}, module=True)
+                for host in bed.hosts
+            ],
+            timeout,
+        )  # fmt: skip
