@@ -64,25 +64,26 @@ def join_jobs(
         arrival = torch.zeros(1, dtype=torch.int64, device=root.device)
         if root.rank == 0:
             side = arrive(store.calls, side)
-            # said by processes before these; the last arrival's meeting, if none read it since
-            store.delete([f"reports/{request.job}", f"joined/{request.job}/{side.incarnation - 1}"])
+            # said by processes before these; the last arrival's meeting, if some did not read it
+            told = join_meeting.meeting_key(request.job, side.incarnation - 1)
+            store.delete([f"reports/{request.job}", told, f"{told}/read"])
             arrival.fill_(side.incarnation)
         root.broadcast(arrival, 0)
         side = Side(side.job, int(arrival.item()), side.plan, side.shards, side.members)
         if root.rank == 0:
             try:
-                epoch = join_meeting.first_epoch(
+                met = join_meeting.first_epoch(
                     store.calls, side, request.other, request.wait, request.address
                 )
             except GangError as error:
-                join_meeting.publish(store.calls, side, error)
+                join_meeting.publish(store.calls, side, root.size, error)
                 raise
-            join_meeting.publish(store.calls, side, epoch)
+            join_meeting.publish(store.calls, side, root.size, met)
         else:
-            epoch = join_meeting.outcome(store.calls, side.job, side.incarnation, request.wait * 2)
-        found = Side.read(
-            store.calls.get(f"side/{request.other}/{epoch.of(request.other, request.job)}")
-        )
+            met = join_meeting.outcome(
+                store.calls, side.job, side.incarnation, root.size, request.wait * 2
+            )
+        epoch, found = met
     except BaseException:
         store.close()
         raise

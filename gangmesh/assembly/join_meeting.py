@@ -25,24 +25,30 @@ _POLL, _POLL_MOST = 0.01, 0.1
 that comes is met within a tenth of a second."""
 
 
-def first_epoch(calls: Any, mine: Side, other: str, wait: timedelta, address: str) -> Epoch:
+def first_epoch(
+    calls: Any, mine: Side, other: str, wait: timedelta, address: str
+) -> tuple[Epoch, Side]:
     """The leader: the epoch of ``mine`` (this job's arrival) and the other job's last
-    arrival, once both are in it.
+    arrival, once both are in it, and that arrival.
 
     :raises GangError: the other job did not come within ``wait``, naming it and, where it
-        arrived, its rank 0 and how it stands.
+        arrived, its rank 0 and how it stands; or it came and closed its join before it met
+        this job.
     """
     deadline = time.monotonic() + wait.total_seconds()
-    pause, said = _POLL, None
+    pause, said, seen = _POLL, None, None
     while True:
         found = latest(calls, other)
+        if found is None and seen is not None:
+            raise left(other, seen, address)
         if found is not None:
+            seen = found
             epoch = epoch_of(mine, found)
             if epoch != said:
                 say_ready(calls, epoch, mine.job)
                 said = epoch
             if is_ready(calls, epoch, other):
-                return epoch
+                return epoch, found
         if time.monotonic() >= deadline:
             raise late(other, found, wait, address)
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))  # the other job's arrival
@@ -69,22 +75,40 @@ def late(other: str, found: Side | None, wait: timedelta, address: str) -> GangE
     return error
 
 
-def publish(calls: Any, mine: Side, outcome: Epoch | GangError) -> None:
-    """The leader: tell the other ranks of its job how the meeting of ``mine`` ended."""
+def left(other: str, seen: Side, address: str) -> GangError:
+    """The error of a job that saw ``other`` arrive (``seen``) at ``address``, and leave."""
+    leader = seen.members[0]
+    error = GangError(
+        f"job {other} came to the join at {address} (its rank 0 on host {leader.host}, pid "
+        f"{leader.pid}) and closed it before it met this job"
+    )
+    error.culprits, error.job = (0,), other
+    return error
+
+
+def publish(calls: Any, mine: Side, size: int, outcome: tuple[Epoch, Side] | GangError) -> None:
+    """The leader: tell the other ``size - 1`` ranks of its job how the meeting of ``mine``
+    ended: the epoch and the other job's arrival in it (which that job may take out of the
+    store as soon as it closes), or the error."""
+    if size == 1:
+        return
     if isinstance(outcome, GangError):
         said: dict[str, Any] = {"error": str(outcome), "culprits": list(outcome.culprits),
                                 "job": outcome.job}  # fmt: skip
     else:
-        said = {"epoch": list(outcome)}
-    calls.set(f"joined/{mine.job}/{mine.incarnation}", json.dumps(said))
+        said = {"epoch": list(outcome[0]), "other": outcome[1].text()}
+    calls.set(meeting_key(mine.job, mine.incarnation), json.dumps(said))
 
 
-def outcome(calls: Any, job: str, incarnation: int, wait: timedelta) -> Epoch:
-    """Another rank: the epoch its leader met the other job in.
+def outcome(
+    calls: Any, job: str, incarnation: int, size: int, wait: timedelta
+) -> tuple[Epoch, Side]:
+    """Another rank of a job of ``size`` ranks: the epoch its leader met the other job in, and
+    the other job's arrival in it. The last of the ranks to read it takes it out of the store.
 
     :raises GangError: the leader found none, or said nothing within ``wait`` (it is named).
     """
-    key = f"joined/{job}/{incarnation}"
+    key = meeting_key(job, incarnation)
     try:
         calls.wait([key], wait)
     except RuntimeError as ex:
@@ -93,11 +117,20 @@ def outcome(calls: Any, job: str, incarnation: int, wait: timedelta) -> Epoch:
         error.culprits = (0,)
         raise error from ex
     said = json.loads(calls.get(key))
+    if int(calls.add(f"{key}/read", 1)) == size - 1:
+        calls.delete_key(key)
+        calls.delete_key(f"{key}/read")
     if "epoch" in said:
-        return Epoch(*said["epoch"])
+        return Epoch(*said["epoch"]), Side.read(said["other"])
     error = GangError(said["error"])
     error.culprits, error.job = tuple(said["culprits"]), said["job"]
     raise error
+
+
+def meeting_key(job: str, incarnation: int) -> str:
+    """Where the leader of arrival ``incarnation`` of ``job`` says how its meeting ended; with
+    ``/read`` appended, how many of the job's other ranks read it."""
+    return f"joined/{job}/{incarnation}"
 
 
 class Lookout:

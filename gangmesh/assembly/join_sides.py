@@ -11,7 +11,8 @@ Keys, under the join's prefix:
 - ``ready/<a>.<b>/<job>``: the job is in the epoch of arrivals ``a`` and ``b`` (the two jobs
   by name): an epoch is used once both are in it;
 - ``joined/<job>/<n>``: what rank 0 of arrival ``n`` found as it met the other job (the
-  epoch, or the error), read by the job's other ranks;
+  epoch and the other job's arrival in it, or the error), read by the job's other ranks, and
+  ``joined/<job>/<n>/read``: how many read it (the last takes both out);
 - ``reports/<job>``: what ended each process of the job, in its own words, or that its
   launcher stopped it (one JSON line per process, with its rank and pid);
   ``at/<job>/<rank>``: the epoch and number of the last transfer it entered;

@@ -80,8 +80,6 @@ class JoinedJobs:
         self._plans: dict[str, PushPlan] = {}
         self._listener = self._report
         faults.listen_outside(self._listener)
-        self._told: str | None = f"joined/{self.job}/{mine.incarnation}"
-        """The key rank 0 told the others how the meeting went in, until they all read it."""
         self._next = (epoch, True)
         """The epoch of the next push or receive, and whether the other job is in it."""
         self._lookout = join_meeting.Lookout(store.calls, other, epoch)
@@ -205,11 +203,7 @@ class JoinedJobs:
             keys += self._epoch_keys() + [
                 f"side/{self.job}/{n}" for n in range(mine.incarnation - 1, mine.incarnation + 1)
             ]
-            keys += [
-                f"latest/{self.job}",
-                f"reports/{self.job}",
-                f"joined/{self.job}/{mine.incarnation}",
-            ]
+            keys += [f"latest/{self.job}", f"reports/{self.job}"]
         try:
             self._store.delete(keys)
         except RuntimeError as ex:
@@ -375,9 +369,6 @@ class JoinedJobs:
         agreed = torch.tensor(seen, dtype=torch.int64, device=self._root.device)
         self._root.all_reduce(agreed, ReduceOperation.MAX)
         failed, pushed, first, second, next_ready = agreed.tolist()
-        if self._root.rank == 0 and self._told is not None:  # every rank read it: they are here
-            self._store.delete([self._told])
-            self._told = None
         if not failed:
             self._next = (Epoch(first, second), bool(next_ready))
             if self._root.rank == 0:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 
 import gangmesh as gm
 from tests.dist.launch import REPO, Run, torchrun
@@ -126,6 +127,23 @@ def test_every_trainer_rank_sends_its_own_shard_and_no_more(pushed):
     for rank, said in trainer.items():
         # a quarter each (pieces padded to 16 bytes in the buffer): no rank gathers the rest
         assert total / senders <= said["sent"] <= total / senders + 16 * 8, (rank, said["sent"])
+    assert keys == COUNTERS
+
+
+def test_a_join_closed_at_once_by_each_rank_0_still_meets_its_slower_ranks(tmp_path):
+    """Each rank 0 closes its join (taking its job's keys out) before its rank 1 read how
+    the meeting went: rank 1 still joins, in the same epoch, and no key is left."""
+    gate = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    with gm.serve_join() as server:
+        runs = launched_apart(server, tmp_path, {
+            job: Launch("joined_close.py", 2, (str(gate.port),)) for job in ("trainer", "generator")
+        })  # fmt: skip
+        keys = server.keys()
+    for run in runs.values():
+        assert run.returncode == 0, run.output
+    for job in ("trainer", "generator"):
+        said = results(tmp_path / job)
+        assert said[1] == said[0] == {"epoch": 1, "other_size": 2}, (job, said)
     assert keys == COUNTERS
 
 
