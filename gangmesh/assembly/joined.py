@@ -84,6 +84,8 @@ class JoinedJobs:
         """The epoch of the next push or receive, and whether the other job is in it."""
         self._lookout = join_meeting.Lookout(store.calls, other, epoch)
         """Rank 0's look for the epoch after."""
+        self._broken = False
+        """Whether a bridge of this process failed since this job last agreed on an epoch."""
         self._closed = False
 
     @property
@@ -149,7 +151,26 @@ class JoinedJobs:
             bad = [r for r in ranks if type(r) is not int or not 0 <= r < size]
             if not ranks or bad or len(set(ranks)) < len(ranks):
                 raise ValueError(f"{name}: expected unique ranks in [0, {size}), got {ranks}")
-        return self._gangs.bridge(members_of(dict(ranks_by_job)))
+        try:
+            return self._gangs.bridge(members_of(dict(ranks_by_job)))
+        except GangError:
+            self._broken = True
+            raise
+
+    def meet(self) -> bool:
+        """Enter the latest epoch this job can be in with the other; whether the other job is
+        in it. Every rank of this job calls it together (one collective of its root gang).
+        push and receive do so themselves: a job whose ranks only use bridges calls it, say,
+        once a step, then makes its bridges again where :attr:`epoch` changed. Where a bridge
+        failed on any rank of this job since, the epoch is over: False, and this job meets the
+        other in a later one.
+
+        :raises RuntimeError: the join is closed.
+        :raises GangError: a rank of this job did not come (its root gang's timeout).
+        """
+        self._check_open()
+        self._agree_next(False, None)
+        return self._enter_next_epoch()
 
     def push(self, version: int, tensors: Mapping[str, torch.Tensor]) -> bool:
         """Send this rank's shards of the tensors to the other job's ranks that hold them
@@ -227,6 +248,7 @@ class JoinedJobs:
 
     def _blame_for(self, members: Members) -> Blame:
         def named(what: str, cause: BaseException) -> GangError:
+            self._broken = True
             transfer = Transfer(self._gangs.epoch, self._transfers, members)
             sides = dict(self._sides)
             return blame(
@@ -361,22 +383,9 @@ class JoinedJobs:
         if failure is not None:
             said = {"error": str(failure), "culprits": list(failure.culprits), "job": failure.job}
             self._store.calls.compare_set(key, "", json.dumps(said))
-        nothing = [-1, -1, -1]
-        if self._root.rank == 0:
-            found, next_ready = self._lookout.look(self._sides[self.job], self._gangs.epoch)
-            nothing = [found.first, found.second, int(next_ready)]
-        seen = [int(failure is not None), _NONE if version is None else version, *nothing]
-        agreed = torch.tensor(seen, dtype=torch.int64, device=self._root.device)
-        self._root.all_reduce(agreed, ReduceOperation.MAX)
-        failed, pushed, first, second, next_ready = agreed.tolist()
+        failed, pushed = self._agree_next(failure is not None, version)
         if not failed:
-            self._next = (Epoch(first, second), bool(next_ready))
-            if self._root.rank == 0:
-                self._lookout.say(self._next[0], self.job)
-            return int(pushed) if ready and pushed != _NONE else None
-        self._next = (self._gangs.epoch, False)  # the epoch is over: the next call looks again
-        if self._root.rank == 0:
-            self._sides[self.job] = join_sides.arrive(self._store.calls, self._sides[self.job])
+            return pushed if ready and pushed != _NONE else None
         if failure is None:
             self._store.calls.wait([key], self._request.timeout)
             said = json.loads(self._store.calls.get(key))
@@ -385,3 +394,27 @@ class JoinedJobs:
             faults.record_named(failure, time.time())  # its error file, as the finder's
             faults.note_outside(str(failure))  # and its stop line
         raise failure
+
+    def _agree_next(self, failed: bool, version: int | None) -> tuple[bool, int]:
+        """Every rank of this job: whether any rank ``failed``, the highest ``version``, and
+        the epoch of the next call, as rank 0 finds it; or, where any failed or a bridge of any
+        failed since the last agreement, the current epoch, over (rank 0 then arrives again,
+        for the next epoch)."""
+        broken, self._broken = self._broken, False
+        nothing = [-1, -1, -1]
+        if self._root.rank == 0:
+            found, next_ready = self._lookout.look(self._sides[self.job], self._gangs.epoch)
+            nothing = [found.first, found.second, int(next_ready)]
+        seen = [int(failed), int(broken), _NONE if version is None else version, *nothing]
+        agreed = torch.tensor(seen, dtype=torch.int64, device=self._root.device)
+        self._root.all_reduce(agreed, ReduceOperation.MAX)
+        any_failed, any_broken, pushed, first, second, next_ready = agreed.tolist()
+        if any_failed or any_broken:
+            self._next = (self._gangs.epoch, False)  # the epoch is over: the next call looks again
+            if self._root.rank == 0:
+                self._sides[self.job] = join_sides.arrive(self._store.calls, self._sides[self.job])
+        else:
+            self._next = (Epoch(first, second), bool(next_ready))
+            if self._root.rank == 0:
+                self._lookout.say(self._next[0], self.job)
+        return bool(any_failed), int(pushed)

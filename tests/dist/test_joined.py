@@ -6,7 +6,8 @@ that one trains on, and the broken job, restarted by torchrun, met again in the 
 workers/joined_push.py pushes from FSDP2 x TP (2 x 2) to TP 2 x 2 replicas. In
 workers/joined_faults.py the trainer (FSDP2 over 2 processes) pushes to the generator (tp 2),
 and each job in turn breaks, attempt after attempt of its torchrun (raise, kill, stop, hang),
-in two runs side by side.
+in two runs side by side. workers/joined_bridges.py uses a bridge only, through a restart;
+workers/joined_close.py closes a join at once.
 """
 
 from __future__ import annotations
@@ -144,6 +145,39 @@ def test_a_join_closed_at_once_by_each_rank_0_still_meets_its_slower_ranks(tmp_p
     for job in ("trainer", "generator"):
         said = results(tmp_path / job)
         assert said[1] == said[0] == {"epoch": 1, "other_size": 2}, (job, said)
+    assert keys == COUNTERS
+
+
+@pytest.fixture(scope="module")
+def bridged(tmp_path_factory):
+    """workers/joined_bridges.py: jobs that use only a bridge, the generator killed once."""
+    out = tmp_path_factory.mktemp("bridged")
+    with gm.serve_join() as server:
+        runs = launched_apart(server, out, {
+            "trainer": Launch("joined_bridges.py", 2, ()),
+            "generator": Launch("joined_bridges.py", 2, (), ("--max-restarts=1",)),
+        })  # fmt: skip
+        keys = server.keys()
+    for run in runs.values():
+        assert run.returncode == 0, run.output
+    return results(out / "trainer"), results(out / "generator"), keys
+
+
+def test_jobs_that_only_use_bridges_meet_again_after_a_restart(bridged):
+    trainer, generator, keys = bridged
+    victim = generator.pop(2)["pid"]
+    (error,) = trainer[0]["errors"]  # the epoch is over at once: no second bridge tried in it
+    assert error["job"] == "generator" and error["culprits"] == [1], error
+    assert re.search(rf"rank 1 of job generator on host \S+ \(pid {victim}\) "
+                     f"(?:{FATES['kill']})", error["error"]), error  # fmt: skip
+    # both trainer ranks (rank 1 in no bridge) agreed: the broken epoch over, then a later one
+    assert trainer[0]["met_after_error"] == trainer[1]["met_after_error"]
+    first, *later = trainer[0]["met_after_error"]
+    assert first[1] is False and later[-1][1] is True and later[-1][0] > first[0], first
+    after = trainer[0]["sent"][-3:]
+    assert all(epoch == trainer[0]["epoch"] > first[0] for _, epoch in after), after
+    for rank in (0, 1):  # the restarted generator got what was sent in its epoch
+        assert generator[rank] == {"attempt": 1, "got": after, "epoch": trainer[0]["epoch"]}
     assert keys == COUNTERS
 
 
