@@ -1,5 +1,5 @@
 """A job meeting the other job of a join: its first epoch, waited for with a bound, and at each
-push or receive, the epoch it is in from then on.
+push, receive or meet, the epoch it is in from then on.
 
 Rank 0 of a job (its leader) reads and writes the join's store; the others learn what it
 found over their own job's root gang (a few integers, at a point every rank reaches together),
@@ -32,15 +32,12 @@ def first_epoch(
     arrival, once both are in it, and that arrival.
 
     :raises GangError: the other job did not come within ``wait``, naming it and, where it
-        arrived, its rank 0 and how it stands; or it came and closed its join before it met
-        this job.
+        arrived, its rank 0 and how it stands (or that it left the join, and did not come back).
     """
     deadline = time.monotonic() + wait.total_seconds()
     pause, said, seen = _POLL, None, None
     while True:
         found = latest(calls, other)
-        if found is None and seen is not None:
-            raise left(other, seen, address)
         if found is not None:
             seen = found
             epoch = epoch_of(mine, found)
@@ -50,21 +47,27 @@ def first_epoch(
             if is_ready(calls, epoch, other):
                 return epoch, found
         if time.monotonic() >= deadline:
-            raise late(other, found, wait, address)
+            raise late(other, found, seen, wait, address)
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))  # the other job's arrival
         pause = min(2 * pause, _POLL_MOST)  # is not signalled to this process
 
 
-def late(other: str, found: Side | None, wait: timedelta, address: str) -> GangError:
-    """The error of a job that waited ``wait`` for ``other`` at ``address``."""
+def late(
+    other: str, found: Side | None, seen: Side | None, wait: timedelta, address: str
+) -> GangError:
+    """The error of a job that waited ``wait`` for ``other`` at ``address``: ``found``, its
+    last arrival now; ``seen``, the last one seen (where it left the join since)."""
     seconds = wait.total_seconds()
-    if found is None:
+    if seen is None:
         error = GangError(f"job {other} did not come to the join at {address} within {seconds:g} s")
     else:
-        leader = found.members[0]
-        here = leader.host == socket.gethostname()
-        fate = faults.process_fate(leader.pid, leader.started) if here else None
-        how = f" and {fate}" if fate else ", not since"
+        leader = seen.members[0]
+        if found is None:
+            how = " and left it since"
+        else:
+            here = leader.host == socket.gethostname()
+            fate = faults.process_fate(leader.pid, leader.started) if here else None
+            how = f" and {fate}" if fate else ", not since"
         error = GangError(
             f"job {other} came to the join at {address} (its rank 0 on host {leader.host}, pid "
             f"{leader.pid}){how}: it did not meet this job within {seconds:g} s (its next "
@@ -72,17 +75,6 @@ def late(other: str, found: Side | None, wait: timedelta, address: str) -> GangE
         )
         error.culprits = (0,)
     error.job = other
-    return error
-
-
-def left(other: str, seen: Side, address: str) -> GangError:
-    """The error of a job that saw ``other`` arrive (``seen``) at ``address``, and leave."""
-    leader = seen.members[0]
-    error = GangError(
-        f"job {other} came to the join at {address} (its rank 0 on host {leader.host}, pid "
-        f"{leader.pid}) and closed it before it met this job"
-    )
-    error.culprits, error.job = (0,), other
     return error
 
 
@@ -134,10 +126,10 @@ def meeting_key(job: str, incarnation: int) -> str:
 
 
 class Lookout:
-    """The leader's look, at each push or receive, for the epoch to be in from the next one on:
-    that of this job's and the other job's last arrivals (the other job's read again only
-    where its number changed), and whether the other job is in it (asked until it is). The
-    epoch is said to be this job's only once the job agreed that its transfer went through
+    """The leader's look, at each push, receive or meet, for the epoch to be in from the next
+    one on: that of this job's and the other job's last arrivals (the other job's read again
+    only where its number changed), and whether the other job is in it (asked until it is).
+    The epoch is said to be this job's only once the job agreed that nothing of it failed
     (:meth:`say`): a job that is breaking never draws the other into an epoch with it."""
 
     def __init__(self, calls: Any, other: Side, epoch: Epoch) -> None:

@@ -4,9 +4,10 @@ from its layout to the other's.
 
 Both jobs meet at a join server (:mod:`gangmesh.assembly.join_server`). Everything across the
 join is made on a namespace of the join's current *epoch*; a push that fails is named on every
-rank of both jobs that took part, and ends the epoch: each job goes on alone (its own groups
-untouched), and the two meet in the next epoch at a later push or receive, once the other job
-is back (restarted by its launcher, or still there).
+rank of both jobs that took part, and ends the epoch (a bridge that fails, at the end of the
+job's next push or receive, or at its next meet): each job goes on alone (its own groups
+untouched), and the two meet in the next epoch at a later push, receive or meet, once the
+other job is back (restarted by its launcher, or still there).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class JoinedJobs:
         self._listener = self._report
         faults.listen_outside(self._listener)
         self._next = (epoch, True)
-        """The epoch of the next push or receive, and whether the other job is in it."""
+        """The epoch of the next push, receive or meet, and whether the other job is in it."""
         self._lookout = join_meeting.Lookout(store.calls, other, epoch)
         """Rank 0's look for the epoch after."""
         self._broken = False
@@ -162,8 +163,8 @@ class JoinedJobs:
         in it. Every rank of this job calls it together (one collective of its root gang).
         push and receive do so themselves: a job whose ranks only use bridges calls it, say,
         once a step, then makes its bridges again where :attr:`epoch` changed. Where a bridge
-        failed on any rank of this job since, the epoch is over: False, and this job meets the
-        other in a later one.
+        failed on any rank of this job since its last push, receive or meet, the epoch is
+        over: False, and this job meets the other in a later one.
 
         :raises RuntimeError: the join is closed.
         :raises GangError: a rank of this job did not come (its root gang's timeout).
@@ -177,7 +178,7 @@ class JoinedJobs:
         (each receives every element from one sender; no rank gathers), with ``version`` (say,
         the step). Every rank of this job calls it as the other job's call :meth:`receive`.
         False, at once, where the other job is not in the epoch (gone, not back yet, or this
-        job's last push failed).
+        job's last push failed, or a bridge of it before its last push, receive or meet).
 
         :param version: what the receivers read back.
         :param tensors: tensor name -> this rank's shard, as its side's TensorShards say.
@@ -292,8 +293,8 @@ class JoinedJobs:
             raise RuntimeError(f"{self!r} is closed")
 
     def _enter_next_epoch(self) -> bool:
-        """Enter the epoch the last push or receive found (every rank of this job found the
-        same); whether the other job is in it. The plans are then both jobs' current ones.
+        """Enter the epoch the last agreement found (every rank of this job found the same);
+        whether the other job is in it. The plans are then both jobs' current ones.
 
         :raises RuntimeError: the join is closed.
         """

@@ -148,8 +148,9 @@ class BridgeGang(PlacedGang):
         return self._start(op, lambda backend: backend.broadcast([tensor], options))
 
     def _start(self, op: str, call: Callable[[Any], Any]) -> Pending:
+        backend = self._live(op)  # a closed bridge is the caller's mistake, not a failure
         try:
-            return Pending(call(self._live(op)), self, op)
+            return Pending(call(backend), self, op)
         except RuntimeError as ex:
             self.fail(op, ex)
 

@@ -1,10 +1,19 @@
-"""A bridge's meeting is bounded where the store it meets in stops answering."""
+"""A bridge's meeting is bounded where the store it meets in stops answering; a closed bridge
+refuses its collectives as the caller's mistake."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from gangmesh.runtime.bridge_gang import BridgeGang
+from gangmesh.runtime.gang import GangError
 
 SERVER = """
 import time, torch.distributed as dist
@@ -50,3 +59,23 @@ def test_a_bridge_whose_store_server_is_stopped_fails_within_its_timeout_and_a_m
                 process.send_signal(signal.SIGCONT)
                 process.kill()
                 process.wait(30)
+
+
+def test_a_closed_bridge_refuses_a_collective_without_blaming_anyone():
+    blamed: list[str] = []
+
+    def blame(what: str, cause: BaseException) -> GangError:
+        blamed.append(what)
+        return GangError(what)
+
+    store = dist.HashStore()
+    bridge = BridgeGang(store, 0, 1, torch.device("cpu"), timedelta(seconds=5), name="b",
+                        members=(("a", 0),), blame=blame)  # fmt: skip
+    data = torch.ones(2)
+    bridge.broadcast(data, 0)
+    bridge.close()
+    with pytest.raises(
+        GangError, match=r"^broadcast\(source_rank=0\): bridge 'b' \(size 1, rank 0\) is closed$"
+    ):
+        bridge.broadcast(data, 0)
+    assert blamed == []

@@ -29,7 +29,7 @@ BEFORE, AFTER = 2, 3
 STEP_TIME = 0.05
 """Seconds of a step beside its bridge: the time a real step takes."""
 WALL = 120.0
-"""Seconds after which the trainer ends, whatever happened."""
+"""Seconds after which a job ends, whatever happened."""
 
 
 def trainer(joined: gm.JoinedJobs, root: gm.Gang) -> dict[str, object]:
@@ -70,8 +70,13 @@ def generator(joined: gm.JoinedJobs, root: gm.Gang) -> dict[str, object]:
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     got: list[list[int]] = []
     bridge, made_in = None, -1
+    deadline = time.monotonic() + WALL
     while True:
         time.sleep(STEP_TIME)  # the step
+        go_on = torch.tensor([int(time.monotonic() < deadline)])
+        root.broadcast(go_on, 0)  # rank 0 decides for the job
+        if not go_on.item():
+            return {"attempt": attempt, "got": got, "ended": "wall"}
         if not joined.meet():
             continue
         if made_in != joined.epoch:
