@@ -27,21 +27,14 @@ from gangmesh.assembly.join_gangs import EpochGangs, Members, members_of
 from gangmesh.assembly.join_setup import JoinRequest
 from gangmesh.assembly.join_sides import Epoch, Side
 from gangmesh.assembly.join_store import JoinStore
+from gangmesh.assembly.join_transfer import cross
 from gangmesh.assembly.store_calls import peek
-from gangmesh.assembly.weight_push import (
-    check_tensors,
-    direct,
-    header,
-    landing,
-    pack,
-    sent,
-    unpack,
-)
+from gangmesh.assembly.weight_push import check_tensors
 from gangmesh.plan.join_plan import JoinPlan
 from gangmesh.plan.push_plan import PushPlan
 from gangmesh.plan.topology import MeshTopology
 from gangmesh.runtime import faults
-from gangmesh.runtime.bridge_gang import Blame, BridgeGang, Pending
+from gangmesh.runtime.bridge_gang import Blame, BridgeGang
 from gangmesh.runtime.gang import GangError, ReduceOperation
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
 
@@ -324,56 +317,10 @@ class JoinedJobs:
                 (self.job, self.other) if version is not None else (self.other, self.job)
             )
             try:
-                got = self._cross(plan, sender, receiver, tensors, version)
+                got = cross(self._gangs, plan, sender, receiver, tensors, version, rank)
             except GangError as error:
                 failure = error
         return self._agree(failure, version if version is not None else got, ready)
-
-    def _cross(
-        self,
-        plan: PushPlan,
-        sender: str,
-        receiver: str,
-        tensors: dict[str, torch.Tensor],
-        version: int | None,
-    ) -> int | None:
-        """This rank's routes: every broadcast started, then waited for; a receiver's pieces
-        then put in place. The version received (None for a sender, or a rank in no route).
-
-        :raises GangError: a broadcast failed, or what came was sent in another epoch.
-        """
-        epoch, rank = self._gangs.epoch, self._root.rank
-        waits: list[Pending] = []
-        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-        buffers = []
-        try:
-            for route, gang, data in self._gangs.routes(plan, sender, receiver):
-                if version is not None:
-                    pack(route, plan, tensors, version, epoch.number, data)
-                waits.append(gang.start_broadcast(data, 0))
-                buffers.append((route, data))
-                for piece in direct(route):
-                    if version is not None:
-                        waits.append(gang.start_broadcast(sent(piece, plan, rank, tensors), 0))
-                        continue
-                    into, then = landing(piece, plan, rank, tensors)
-                    waits.append(gang.start_broadcast(into, 0))
-                    if then is not None:
-                        copies.append((into, then))
-            for pending in waits:
-                pending.wait()
-        finally:  # a failure's traceback keeps this frame: not the collectives it started
-            waits.clear()
-        if version is not None or not buffers:
-            return None
-        for route, data in buffers:
-            unpack(route, plan, data, rank, tensors)
-        for into, then in copies:
-            then.copy_(into)
-        version, sent_in = header(buffers[0][1])
-        if sent_in != epoch.number:  # the routes of another epoch's push: never the current
-            raise GangError(f"a push of join epoch {sent_in} arrived in epoch {epoch.number}")
-        return version
 
     def _agree(self, failure: GangError | None, version: int | None, ready: bool) -> int | None:
         """Every rank of this job: the version pushed, where every rank's routes went through
