@@ -1,6 +1,8 @@
 """Test-wide settings."""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -9,6 +11,17 @@ from hypothesis import settings
 # that leave the device to gangmesh's default take cpu (GANGMESH_DEVICE), here and in every
 # process the tests start. The tests of NCCL (tests/gpu) name their devices.
 os.environ["GANGMESH_DEVICE"] = "cpu"
+
+# What the processes of a session leave in the temporary directory (torchrun's agent never
+# removes its torchelastic_* folder; a killed process leaves what it had open) goes into one
+# folder of the session, removed as it ends.
+SESSION_TEMP = tempfile.mkdtemp(prefix="gangmesh-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TEMP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_TEMP, ignore_errors=True)
+
 
 # pytester runs pytest sessions in a temporary directory (tests of the gangmesh pytest plugin).
 pytest_plugins = ["pytester"]
