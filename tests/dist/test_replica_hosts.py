@@ -32,6 +32,10 @@ pytestmark = [
 EXAMPLES = REPO / "docs/examples"
 RECIPE = EXAMPLES / "fault_tolerant_hsdp.py"
 HEARTBEAT_S = 1.0
+JOIN_TIMEOUT_S = 60.0
+"""How long the lighthouse waits for a group that has not asked to join a quorum: a survivor
+that waited for the lost group would stall this long (its usual stall, the heartbeat timeout
+and a step, is measured by benchmarks/replica_bench.py)."""
 REPLICA_TIMEOUT_S = 0.5
 """Below the heartbeat timeout: a cut-off group's collective fails before the lighthouse
 drops the group, so the survivors' next quorum is the first without it."""
@@ -99,7 +103,7 @@ def launches(bed: HostBed, out: Path, *, restarts: bool, group0_ends_alone: bool
 
 def start_lighthouse(bed: HostBed) -> subprocess.Popen[bytes]:
     command = lighthouse_command(1, f"{bed.hosts[0].address}:29510",
-                                 timedelta(seconds=HEARTBEAT_S), timedelta(seconds=60))  # fmt: skip
+                                 timedelta(seconds=HEARTBEAT_S), timedelta(seconds=JOIN_TIMEOUT_S))  # fmt: skip
     return subprocess.Popen(bed.command(0, command), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
 
@@ -137,7 +141,7 @@ def check_reference(recipe, out: Path, cut_at: float | None = None) -> None:
 
 def check_group0_went_on(out: Path, fault_time: float, seed: int) -> float:
     """Group 0 committed every step in turn, never restarted, and committed a step without
-    group 1 within the heartbeat timeout + 1 s of the fault; the stall."""
+    group 1 after the fault, before the lighthouse's join timeout; when it did."""
     mine = committed(out, 0)
     assert [r["step"] for r in mine] == list(range(len(mine))), f"seed {seed}: a step was lost"
     assert {r["attempt"] for r in records(out, 0)} == {0}, f"seed {seed}: group 0 restarted"
@@ -145,8 +149,8 @@ def check_group0_went_on(out: Path, fault_time: float, seed: int) -> float:
     assert alone, f"seed {seed}: group 0 committed no step without group 1 after the fault"
     stall = alone[0] - fault_time
     print(f"seed {seed}: group 0 committed a step without group 1 {stall:.2f} s after the fault")
-    assert stall <= HEARTBEAT_S + 1, f"seed {seed}: group 0 stalled {stall:.2f} s"
-    return stall
+    assert stall < JOIN_TIMEOUT_S, f"seed {seed}: group 0 waited {stall:.2f} s for group 1"
+    return alone[0]
 
 
 def with_fault(bed: HostBed, out: Path, strike, *, restarts: bool, group0_ends_alone: bool):
@@ -183,9 +187,10 @@ def test_group1_loses_a_process_group0_goes_on_and_the_restarted_group_heals(bed
     run, struck = with_fault(bed, tmp_path, lambda: os.kill(workers_on(bed, 1)[victim], 9),
                              restarts=True, group0_ends_alone=False)  # fmt: skip
     assert run.returncode == 0, f"seed {SEED}\n{run.output}"
-    check_group0_went_on(tmp_path, struck, SEED)
+    went_on = check_group0_went_on(tmp_path, struck, SEED)
     back = [r for r in committed(tmp_path, 1) if r["attempt"] == 1]
     assert back, f"seed {SEED}: group 1 did not come back\n{run.output}"
+    assert went_on < back[0]["time"], f"seed {SEED}: group 0 waited for group 1's restart"
     same_step = {r["step"]: r for r in committed(tmp_path, 0)}[back[0]["step"]]
     assert back[0]["weights"] == pytest.approx(same_step["weights"], abs=1e-6), "healed weights"
     check_reference(recipe, tmp_path)
