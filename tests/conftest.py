@@ -14,13 +14,19 @@ os.environ["GANGMESH_DEVICE"] = "cpu"
 
 # What the processes of a session leave in the temporary directory (torchrun's agent never
 # removes its torchelastic_* folder; a killed process leaves what it had open) goes into one
-# folder of the session, removed as it ends.
-SESSION_TEMP = tempfile.mkdtemp(prefix="gangmesh-tests-")
-os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TEMP
+# folder of the session, removed as it ends (made once the command line is taken: a session
+# refused for its arguments never ends).
+_session_temp: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _session_temp.append(tempfile.mkdtemp(prefix="gangmesh-tests-"))
+    os.environ["TMPDIR"] = tempfile.tempdir = _session_temp[0]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(SESSION_TEMP, ignore_errors=True)
+    for folder in _session_temp:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # pytester runs pytest sessions in a temporary directory (tests of the gangmesh pytest plugin).
