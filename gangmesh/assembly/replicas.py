@@ -19,6 +19,7 @@ from gangmesh.assembly.listeners import listener
 from gangmesh.assembly.replica_training import wire
 from gangmesh.plan._checks import check_count, check_positive, check_timeout
 from gangmesh.plan.topology import MeshTopology
+from gangmesh.runtime import faults
 from gangmesh.runtime.gang import Gang, GangError
 from gangmesh.runtime.managed_gang import ManagedGang
 from gangmesh.runtime.process_group_gang import ProcessGroupGang
@@ -68,6 +69,7 @@ class Replicas:
         self.group, self.lighthouse, self.manager, self.gang = group, lighthouse, manager, gang
         self._identity, self._store = identity, store
         self._wrapped = False
+        faults.on_leaving(self._leave)  # an ending process stops holding the others' quorums
 
     @property
     def step(self) -> int:
@@ -133,8 +135,13 @@ class Replicas:
 
     def close(self) -> None:
         """Leave the replica groups: stop this process's part of torchft's Manager."""
-        self.manager.shutdown(wait=False)
+        faults.forget_leaving(self._leave)
+        self._leave()
         self._store = None
+
+    def _leave(self) -> None:
+        """Stop torchft's Manager (on rank 0, its server and heartbeat to the lighthouse)."""
+        self.manager.shutdown(wait=False)
 
     @override
     def __repr__(self) -> str:

@@ -166,6 +166,10 @@ def _run(job: Job) -> int:
     except SystemExit as ex:
         code = _exit_code(ex.code)
     except BaseException as ex:
+        # as the interpreter does: the error's frames, and what they hold, live on through exit
+        sys.last_type, sys.last_value, sys.last_traceback = type(ex), ex, ex.__traceback__
+        if sys.version_info >= (3, 12):
+            sys.last_exc = ex
         sys.excepthook(type(ex), ex, ex.__traceback__)
         code = 1
     return code if job.finalize else _exit(code)

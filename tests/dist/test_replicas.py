@@ -8,6 +8,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+import torch.distributed as dist
 
 import gangmesh as gm
 from tests.dist.launch import REPO, free_port, processes, run_command
@@ -72,6 +73,20 @@ def test_the_recipe_loses_a_replica_group_goes_on_and_heals_it(tmp_path):
     assert float(line["worst"]) <= 1e-5
     assert_output_shown("fault_tolerance.rst", "$ python docs/examples/fault_tolerant_hsdp.py",
                         run.output, varying=[r"at step \d+"])  # fmt: skip
+
+
+def test_a_broken_group_held_in_its_exit_no_longer_holds_the_others(tmp_path, lighthouse):
+    """Group 1's code raises; its rank 0 (torchft's Manager server) is held at exit after
+    gangmesh's exit handler: group 0 commits a step alone while that process still lives."""
+    gate = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    run = processes("replica_exit.py", 4, str(tmp_path), lighthouse.address, str(gate.port),
+                    timeout=120, env_of=groups_of(2), finalize=True)  # fmt: skip
+    results = run.results(tmp_path)
+    assert sorted(results) == [0, 1, 2], run.output
+    assert "RuntimeError: group 1's own code broke" in run.output
+    for rank in (0, 1):
+        assert results[rank]["together"] >= 1 and results[rank]["alone"] >= 1, run.output
+    assert results[2] == {"others_went_on": True}, run.output
 
 
 def test_an_unreachable_lighthouse_is_named_within_the_timeout(tmp_path):

@@ -5,7 +5,8 @@ Reports in the job's store (:mod:`.failure_reports`, read by :mod:`.report_readi
 (:mod:`.error_files`), a dying rank's last words (:mod:`.last_words`), a stopped rank's one
 line (:mod:`.stop_notice`), what a job joined to this one hears of its end (:mod:`.outside`),
 and the GangError of a failed collective (:mod:`.blame`), for a gang's call or for torch's
-own collectives on the groups gangmesh holds (:mod:`.torch_calls`).
+own collectives on the groups gangmesh holds (:mod:`.torch_calls`); what an ending process
+lets go of first (:mod:`.leaving`).
 The Gang core and setup use what this module exports, nothing deeper.
 """
 
@@ -27,6 +28,8 @@ from gangmesh.runtime.faults.blame import record as record_named
 from gangmesh.runtime.faults.culprits import Call
 from gangmesh.runtime.faults.error_files import write_for_unseen
 from gangmesh.runtime.faults.failure_reports import channel, fates, store_keeper
+from gangmesh.runtime.faults.leaving import forget as forget_leaving
+from gangmesh.runtime.faults.leaving import leave, on_leaving
 from gangmesh.runtime.faults.outside import STOPPED_BY_LAUNCHER, Listener
 from gangmesh.runtime.faults.outside import forget as forget_outside
 from gangmesh.runtime.faults.outside import listen as listen_outside
@@ -51,12 +54,15 @@ __all__ = [
     "close_reports",
     "consequence",
     "fates",
+    "forget_leaving",
     "forget_outside",
     "gang_error",
     "install_stop_notice",
     "late",
+    "leave",
     "listen_outside",
     "note_outside",
+    "on_leaving",
     "open_reports",
     "process_fate",
     "process_start",
@@ -124,8 +130,9 @@ def close_reports() -> None:
 
 
 def before_exit() -> None:
-    """At interpreter exit, while the reports are open: a failure's last duties (see
-    :func:`.last_words.at_exit`)."""
+    """At interpreter exit, while the reports are open: let go of what other jobs wait on
+    (:func:`.leaving.leave`), then a failure's last duties (see :func:`.last_words.at_exit`)."""
+    leave()
     last_words.at_exit()
 
 

@@ -1,17 +1,17 @@
 """One line from a process that its launcher stops (SIGTERM) after a peer broke the job.
 
-torchrun stops every worker once one has failed, often before a survivor's own collective
-fails and names the culprit; such a process would end without a word. With this installed,
-a SIGTERM makes a thread of this process ask the job's failure reports who broke the job
-(a couple of seconds at most) and log it at ERROR level, then end the process as SIGTERM
-does. The thread learns of the signal at once, even while the main thread waits in a
-collective: Python's own handler writes it to a wakeup file descriptor. Nothing is
-installed where the process already handles SIGTERM or uses a wakeup descriptor, or off the
-main thread; a handler the program installs later takes over. A process already ending of
-an error of its own (its last words told the job) says nothing more and ends as that error
-ends it, with 1; one whose exit handlers run, or that felt the failure itself (it raises a
-GangError, and may end with ``sys.exit(n)`` after catching it), is left to end by itself
-with its own status for a few seconds, then said of and ended as any other.
+torchrun stops every worker once one has failed, often before a survivor's own collective fails
+and names the culprit; such a process would end without a word. With this installed, a SIGTERM
+makes a thread of this process let go of what other jobs wait on (:mod:`.leaving`), ask the
+job's failure reports who broke the job (a couple of seconds at most) and log it at ERROR
+level, then end the process as SIGTERM does. The thread learns of the signal at once, even
+while the main thread waits in a collective: Python's own handler writes it to a wakeup file
+descriptor. Nothing is installed where the process already handles SIGTERM or uses a wakeup
+descriptor, or off the main thread; a handler the program installs later takes over. A process
+already ending of an error of its own (its last words told the job) says nothing more and ends
+as that error ends it, with 1; one whose exit handlers run, or that felt the failure itself (it
+raises a GangError, and may end with ``sys.exit(n)`` after catching it), is left to end by
+itself with its own status for a few seconds, then said of and ended as any other.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from types import FrameType
 
 import gangmesh.runtime.faults.failure_reports as failure_reports
 import gangmesh.runtime.faults.last_words as last_words
+import gangmesh.runtime.faults.leaving as leaving
 import gangmesh.runtime.faults.outside as outside
 
 log = logging.getLogger("gangmesh")
@@ -89,6 +90,7 @@ def _watch(read_end: int) -> None:
             os.close(read_end)
             return
         if signal.SIGTERM in signals and signal.getsignal(signal.SIGTERM) is _in_main_thread:
+            leaving.leave()  # first: other jobs wait on it while this process speaks
             if last_words.dying_of_own_error():  # it said what broke it: it ends as it would
                 _said.set()
                 os._exit(1)
