@@ -10,34 +10,40 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 
 log = logging.getLogger("gangmesh")
 
 _lock = threading.Lock()
-_callbacks: list[Callable[[], None]] = []
+_methods: list[weakref.WeakMethod[Callable[[], None]]] = []
 
 
-def on_leaving(callback: Callable[[], None]) -> None:
-    """Call ``callback`` (once) when this process ends, before anything else gangmesh does."""
+def on_leaving(method: Callable[[], None]) -> None:
+    """Call ``method`` once when this process ends, before anything else gangmesh does.
+
+    :param method: a bound method, held weakly: an object collected before has let go already.
+    """
     with _lock:
-        _callbacks.append(callback)
+        _methods.append(weakref.WeakMethod(method))
 
 
-def forget(callback: Callable[[], None]) -> None:
-    """Do not call ``callback`` when the process ends (what it lets go of is let go already)."""
+def forget(method: Callable[[], None]) -> None:
+    """Do not call ``method`` when the process ends (what it lets go of is let go already)."""
     with _lock:
-        if callback in _callbacks:
-            _callbacks.remove(callback)
+        _methods[:] = [held for held in _methods if held() not in (None, method)]
 
 
 def leave() -> None:
-    """Call every callback, the latest first, and forget them; one that fails is logged."""
+    """Call every method still held, the latest first, and forget them; one that fails is
+    logged."""
     with _lock:
-        callbacks = _callbacks[::-1]
-        _callbacks.clear()
-    for callback in callbacks:
+        methods = [held() for held in reversed(_methods)]
+        _methods.clear()
+    for method in methods:
+        if method is None:
+            continue
         try:
-            callback()
+            method()
         except Exception as ex:  # the process ends anyway: what is left goes with it
-            log.debug("letting go of %r as the process ends failed: %s", callback, ex)
+            log.debug("letting go of %r as the process ends failed: %s", method, ex)
