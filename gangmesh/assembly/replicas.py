@@ -69,7 +69,7 @@ class Replicas:
         self.group, self.lighthouse, self.manager, self.gang = group, lighthouse, manager, gang
         self._identity, self._store = identity, store
         self._wrapped = False
-        faults.on_leaving(self._leave)  # an ending process stops holding the others' quorums
+        faults.on_leaving(manager, _leave)  # an ending process stops holding others' quorums
 
     @property
     def step(self) -> int:
@@ -135,13 +135,9 @@ class Replicas:
 
     def close(self) -> None:
         """Leave the replica groups: stop this process's part of torchft's Manager."""
-        faults.forget_leaving(self._leave)
-        self._leave()
+        faults.forget_leaving(self.manager)
+        _leave(self.manager)
         self._store = None
-
-    def _leave(self) -> None:
-        """Stop torchft's Manager (on rank 0, its server and heartbeat to the lighthouse)."""
-        self.manager.shutdown(wait=False)
 
     @override
     def __repr__(self) -> str:
@@ -240,6 +236,12 @@ def join_replicas(
     gang = ManagedGang(manager, process_group, root_gang.device)
     return Replicas(group=number, lighthouse=address, manager=manager, gang=gang,
                     identity=identity, store=store)  # fmt: skip
+
+
+def _leave(manager: Any) -> None:
+    """Stop torchft's ``manager`` (on rank 0, its server and heartbeat to the lighthouse)."""
+    manager.shutdown(wait=False)
+    log.info("Replica group left: torchft's Manager of this process stopped")
 
 
 def _no_flight_recorder(record: logging.LogRecord) -> bool:

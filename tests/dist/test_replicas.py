@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import sys
+import threading
 from datetime import timedelta
 
 import pytest
@@ -75,18 +78,42 @@ def test_the_recipe_loses_a_replica_group_goes_on_and_heals_it(tmp_path):
                         run.output, varying=[r"at step \d+"])  # fmt: skip
 
 
-def test_a_broken_group_held_in_its_exit_no_longer_holds_the_others(tmp_path, lighthouse):
+def test_a_broken_group_held_in_its_exit_no_longer_holds_the_others(tmp_path):
     """Group 1's code raises; its rank 0 (torchft's Manager server) is held at exit after
-    gangmesh's exit handler: group 0 commits a step alone while that process still lives."""
+    gangmesh's exit handler: group 0 commits a step alone while that process still lives.
+    (The lighthouse waits for a group that heartbeats longer than the process is held.)"""
     gate = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    run = processes("replica_exit.py", 4, str(tmp_path), lighthouse.address, str(gate.port),
-                    timeout=120, env_of=groups_of(2), finalize=True)  # fmt: skip
+    with gm.start_lighthouse(heartbeat_timeout=timedelta(seconds=1),
+                             join_timeout=timedelta(seconds=120)) as lighthouse:  # fmt: skip
+        run = processes("replica_exit.py", 4, str(tmp_path), lighthouse.address,
+                        str(gate.port), "held", timeout=120, env_of=groups_of(2),
+                        finalize=True)  # fmt: skip
+    assert run.returncode == 1 and "TIMED OUT" not in run.output, run.output
+    assert run.output.count("RuntimeError: group 1's own code broke") == 2, run.output
     results = run.results(tmp_path)
     assert sorted(results) == [0, 1, 2], run.output
-    assert "RuntimeError: group 1's own code broke" in run.output
     for rank in (0, 1):
         assert results[rank]["together"] >= 1 and results[rank]["alone"] >= 1, run.output
     assert results[2] == {"others_went_on": True}, run.output
+
+
+def test_a_group_s_process_stopped_by_its_launcher_stops_torchft_s_manager_first(
+    tmp_path, lighthouse
+):
+    gate = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+    def stop() -> None:  # as torchrun stops a worker
+        gate.wait(["pid"], timedelta(seconds=60))
+        os.kill(int(gate.get("pid")), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop, daemon=True)
+    stopper.start()
+    run = processes("replica_exit.py", 2, str(tmp_path), lighthouse.address, str(gate.port),
+                    "stopped", timeout=120, env_of=groups_of(2, 1))  # fmt: skip
+    stopper.join(5)
+    assert "TIMED OUT" not in run.output, run.output
+    rank0 = run.output.split("Starting rank 1 of 2")[0]  # each process's output in turn
+    assert "Replica group left: torchft's Manager of this process stopped" in rank0, run.output
 
 
 def test_an_unreachable_lighthouse_is_named_within_the_timeout(tmp_path):

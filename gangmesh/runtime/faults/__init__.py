@@ -124,15 +124,16 @@ def install_stop_notice() -> None:
 
 def close_reports() -> None:
     """The job's groups shut down: where this process serves the store, let the others read
-    the reports of a failure first; then stop reporting."""
+    the reports of a failure first (what other jobs wait on let go of before); then stop
+    reporting."""
+    leave()
     failure_reports.keep_store_for_survivors()
     failure_reports.close_channel()
 
 
 def before_exit() -> None:
-    """At interpreter exit, while the reports are open: let go of what other jobs wait on
-    (:func:`.leaving.leave`), then a failure's last duties (see :func:`.last_words.at_exit`)."""
-    leave()
+    """At interpreter exit, while the reports are open: a failure's last duties (see
+    :func:`.last_words.at_exit`)."""
     last_words.at_exit()
 
 

@@ -24,6 +24,7 @@ from types import TracebackType
 
 import gangmesh.runtime.faults.error_files as error_files
 import gangmesh.runtime.faults.failure_reports as failure_reports
+import gangmesh.runtime.faults.leaving as leaving
 import gangmesh.runtime.faults.outside as outside
 import gangmesh.runtime.faults.torch_calls as torch_calls
 import gangmesh.runtime.faults.torch_errors as torch_errors
@@ -60,9 +61,11 @@ def install() -> None:
 
 def at_exit() -> None:
     """Let the culprits named on this host end first; where this process serves the job's
-    store, let the other processes read the reports before it goes. Once per process: the
+    store, let the other processes read the reports before it goes; what other jobs wait on
+    is let go of before (:mod:`.leaving`). Once per process: the
     exit teardown (:mod:`gangmesh.runtime._exit`) runs it before it closes the reports."""
     global _exited
+    leaving.leave()
     if _exited:
         return
     _exited = True
@@ -88,8 +91,10 @@ def dying_of_own_error() -> bool:
 
 
 def last_words(value: BaseException, tb: TracebackType | None) -> None:
-    """Tell the job and torchrun what ended this process: ``value``, uncaught."""
+    """Tell the job and torchrun what ended this process: ``value``, uncaught (having let go
+    of what other jobs wait on)."""
     global _own_error
+    leaving.leave()
     inner = torch_errors.unwrapped(value)  # the program's own error, where torch wrapped it
     named = inner if isinstance(inner, GangError) else torch_calls.consequence(inner)
     if named is None:

@@ -32,6 +32,8 @@ log = logging.getLogger("gangmesh")
 
 _BOUND = 2.0
 """Seconds the process spends asking who broke the job before it ends."""
+_LEAVING_BOUND = 0.5
+"""Seconds the process waits for what other jobs wait on to be let go of."""
 _EXITING_BOUND = 5.0
 """Seconds a process stopped while it ends by itself has to end with its own status."""
 _EXIT_CODE = 128 + signal.SIGTERM
@@ -90,7 +92,7 @@ def _watch(read_end: int) -> None:
             os.close(read_end)
             return
         if signal.SIGTERM in signals and signal.getsignal(signal.SIGTERM) is _in_main_thread:
-            leaving.leave()  # first: other jobs wait on it while this process speaks
+            leaving.leave_within(_LEAVING_BOUND)  # first: other jobs wait while it speaks
             if last_words.dying_of_own_error():  # it said what broke it: it ends as it would
                 _said.set()
                 os._exit(1)

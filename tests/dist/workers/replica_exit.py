@@ -1,18 +1,23 @@
-"""Two replica groups of 2 processes; group 1 breaks and its rank 0 is held in its exit.
+"""Replica groups of 2 processes whose group 1 ends while others wait on its heartbeat.
 
-    replica_exit.py OUT LIGHTHOUSE GATE_PORT
+    replica_exit.py OUT LIGHTHOUSE GATE_PORT held     two groups; group 1 raises
+    replica_exit.py OUT LIGHTHOUSE GATE_PORT stopped  one group; its rank 0 is stopped
 
-Both groups take steps together (an all_reduce across the groups, then the commit); at its
-second step together, group 1's code raises on both ranks. Its rank 0 (torchft's Manager
-server, whose heartbeat the lighthouse counts) is then held at exit, after gangmesh's exit
-handler, until group 0 says (key ``alone`` in the test's gate store) that it committed a step
-without group 1, or 30 s. Group 0 takes steps until then, or 30 s. Each process of group 0 and
-group 1's rank 0 write what they saw to OUT/rank<N>.json (N: GANGMESH_TEST_INDEX).
+held: both groups take steps together (an all_reduce across the groups, then the commit); at
+their second step together, group 1's code raises on both ranks. Its rank 0 (torchft's
+Manager server, whose heartbeat the lighthouse counts) is then held at exit, after
+gangmesh's exit handler, until group 0 says (key ``alone`` in the test's gate store) that it
+committed a step without group 1, or 30 s. Group 0 takes steps until then, or 30 s.
+stopped: rank 0 puts its pid in the gate store (key ``pid``) and waits there until its
+launcher's SIGTERM (the test's) ends it; rank 1 waits for it in a barrier.
+Each process of group 0 and group 1's rank 0 write what they saw to OUT/rank<N>.json (N:
+GANGMESH_TEST_INDEX).
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 import time
@@ -29,7 +34,8 @@ SHORT = timedelta(seconds=3)
 
 
 def held_at_exit(index: int, gate: dist.Store) -> None:
-    """Group 1's rank 0, at exit: whether group 0 went on while this process still lives."""
+    """Group 1's rank 0, at exit: whether group 0 went on while this process still lives.
+    (The uncaught error's frames keep the replica group alive until the process ends.)"""
     try:
         gate.wait(["alone"], HELD)
         write_results(index, {"others_went_on": True})
@@ -38,16 +44,23 @@ def held_at_exit(index: int, gate: dist.Store) -> None:
 
 
 def main() -> None:
-    lighthouse, gate_port = sys.argv[2], int(sys.argv[3])
+    lighthouse, gate_port, scenario = sys.argv[2], int(sys.argv[3]), sys.argv[4]
     index = int(os.environ["GANGMESH_TEST_INDEX"])
     group = index // 2
     gate = dist.TCPStore("127.0.0.1", gate_port, is_master=False, timeout=HELD)
-    if group == 1 and index == 2:  # registered before gangmesh's exit handler: runs after it
+    if scenario == "held" and index == 2:  # before gangmesh's exit handler: runs after it
         atexit.register(held_at_exit, index, gate)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     root = gm.setup_root_gang(timeout=timedelta(seconds=30))
     replicas = gm.join_replicas(root, lighthouse=lighthouse, group=group, timeout=SHORT,
                                 quorum_timeout=SHORT)  # fmt: skip
     gm.create_gangs(root, replicas=replicas)
+    if scenario == "stopped":
+        if root.rank == 0:
+            gate.set("pid", str(os.getpid()))
+            gate.wait(["never"], HELD)
+        root.barrier()
+        return
     together, alone, deadline = 0, 0, time.monotonic() + HELD.total_seconds()
     while time.monotonic() < deadline and not alone:
         try:
