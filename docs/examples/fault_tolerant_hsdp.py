@@ -97,7 +97,10 @@ def train(args: argparse.Namespace) -> None:
         step, groups = replicas.step, replicas.gang.size
         inputs, targets = shard_batch(step, replicas.gang.rank, gangs.sdp.rank)
         loss = loss_of(model, inputs, targets)
-        if step == args.kill_at and attempt == 0 and root.rank == root.size - 1:
+        # the loss: at the first step from kill_at on that this group takes with another (one
+        # that joined late starts at the others' step)
+        lose = args.kill_at is not None and step >= args.kill_at and groups > 1
+        if lose and attempt == 0 and root.rank == root.size - 1:
             killed = {"event": "killed", "step": step, "time": time.time()}
             (Path(args.out) / f"group{replicas.group}-killed.json").write_text(json.dumps(killed))
             os.kill(os.getpid(), signal.SIGKILL)  # mid-step: before the gradients are reduced
@@ -209,14 +212,21 @@ def launch(group: int, lighthouse: str, out: Path, args: argparse.Namespace) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--local", action="store_true", help="run everything on this machine")
-    parser.add_argument("--kill", type=int, default=4, help="with --local: the step of the loss")
+    parser.add_argument(
+        "--kill",
+        type=int,
+        default=4,
+        help="with --local: the step of the loss (or the first after it that both groups take)",
+    )
     parser.add_argument("--lighthouse", help="the lighthouse's address (host:port)")
     parser.add_argument("--out", help="folder of the records of committed steps")
     parser.add_argument("--steps", type=int, default=12, help="steps to train, at least")
     parser.add_argument("--groups", type=int, default=2, help="replica groups to end with")
     parser.add_argument("--replica-timeout", type=float, default=2.0,
                         help="seconds a collective across replica groups may take")  # fmt: skip
-    parser.add_argument("--kill-at", type=int, help="step at which this group loses a rank")
+    parser.add_argument(
+        "--kill-at", type=int, help="from this step on, the first step with another group: the loss"
+    )
     args = parser.parse_args()
     if args.local:
         args.kill_at = args.kill

@@ -64,7 +64,7 @@ def test_the_recipe_loses_a_replica_group_goes_on_and_heals_it(tmp_path):
                       timeout=300, env={"RUST_LOG": "warn"})  # fmt: skip
     assert run.returncode == 0, run.output
     line = re.search(
-        r"^replica group 1 lost at step 4: group 0 went on without a restart \(stalled "
+        r"^replica group 1 lost at step (?P<lost>\d+): group 0 went on without a restart \(stalled "
         r"(?P<stall>[\d.]+) s\); group 1 rejoined at step (?P<back>\d+) in (?P<heal>[\d.]+) s "
         r"with group 0's weights; every committed step matches the reference within 1e-05 "
         r"\(worst (?P<worst>\S+)\)$",
@@ -72,7 +72,8 @@ def test_the_recipe_loses_a_replica_group_goes_on_and_heals_it(tmp_path):
         re.MULTILINE,
     )
     assert line, run.output
-    assert int(line["back"]) > 4, "group 1 came back after the steps group 0 took alone"
+    assert int(line["lost"]) >= 4, "lost at the step asked for, or where group 1 joined late"
+    assert int(line["back"]) > int(line["lost"]), "came back after steps group 0 took alone"
     assert float(line["worst"]) <= 1e-5
     assert_output_shown("fault_tolerance.rst", "$ python docs/examples/fault_tolerant_hsdp.py",
                         run.output, varying=[r"at step \d+"])  # fmt: skip
